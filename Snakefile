@@ -1,0 +1,22 @@
+# Agentic ESOpt reproduction pipeline. Default: the tiny CPU config.
+#   snakemake --cores all                                 (config/tiny.yaml)
+#   snakemake --cores all --configfile config/paper.yaml  (GPUs; see profiles/)
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/tiny.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/model.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        rules.report_sudoku.output,

@@ -1,0 +1,201 @@
+"""The ES optimizer: perturbation, exact revert, update formula, normalization, schedules."""
+
+import logging
+import math
+
+import pytest
+import torch
+
+from esopt.es import ESConfig, ESTrainer, Perturber, SigmaSchedule, member_seeds, normalize_rewards
+from esopt.es.history import weights_sha256
+from esopt.es.noise import noise_chunks
+
+
+def small_net(dtype=torch.float32, seed=0):
+    torch.manual_seed(seed)
+    net = torch.nn.Sequential(torch.nn.Embedding(37, 16), torch.nn.Linear(16, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 16, bias=False))
+    net[1].weight.data[:3] = 0.0  # exact zeros: the hardest case for an exact revert
+    return net.to(dtype)
+
+
+def snapshot(m):
+    return {k: v.detach().clone() for k, v in m.state_dict().items()}
+
+
+def bitwise_equal(a, b):
+    ints = {2: torch.int16, 4: torch.int32}
+    return all(torch.equal(a[k].view(ints[a[k].element_size()]), b[k].view(ints[b[k].element_size()])) for k in a)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("sigma", [1e-3, 0.05, 1.0])
+def test_revert_is_bit_exact_after_100_cycles(dtype, sigma):
+    net = small_net(dtype)
+    before = snapshot(net)
+    p = Perturber(net, chunk=100)  # small chunks: exercise chunk boundaries
+    for i in range(100):
+        p.apply(seed=1000 + i, scale=sigma * (-1) ** i)
+        assert not bitwise_equal(before, snapshot(net))
+        p.revert()
+    assert bitwise_equal(before, snapshot(net))
+
+
+def test_apply_and_revert_are_idempotent_and_exclusive():
+    net = small_net()
+    p = Perturber(net)
+    before = snapshot(net)
+    p.revert()  # clean: no-op
+    assert bitwise_equal(before, snapshot(net))
+    p.apply(1, 0.1)
+    once = snapshot(net)
+    p.apply(1, 0.1)  # the active perturbation again: no-op
+    assert bitwise_equal(once, snapshot(net))
+    with pytest.raises(RuntimeError, match="still active"):
+        p.apply(2, 0.1)
+    with pytest.raises(RuntimeError, match="while a perturbation is active"):
+        p.update([1], [0.1])
+    p.revert()
+    p.revert()
+    assert bitwise_equal(before, snapshot(net))
+
+
+def test_exact_revert_keeps_only_a_fraction_of_the_model():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(512, 512, bias=False).to(torch.bfloat16)
+    torch.nn.init.normal_(lin.weight, std=0.02)
+    p = Perturber(lin)
+    p.apply(3, 0.05 * 0.02)  # σ = 0.05·std(w), the paper's regime
+    assert 0 < p.fixup_fraction() < 0.1
+    p.revert()
+
+
+def test_each_tensor_gets_its_own_noise():
+    a = next(noise_chunks(7, "layer.0.weight", 64, torch.device("cpu")))[2]
+    b = next(noise_chunks(7, "layer.1.weight", 64, torch.device("cpu")))[2]
+    a2 = next(noise_chunks(7, "layer.0.weight", 64, torch.device("cpu")))[2]
+    assert torch.equal(a, a2)
+    assert abs(torch.corrcoef(torch.stack([a, b]))[0, 1]) < 0.5
+
+
+def test_perturbation_adds_sigma_times_seeded_noise():
+    net = small_net()
+    p = Perturber(net)
+    before = snapshot(net)
+    p.apply(11, 0.01)
+    name, param = p.params[1]
+    eps = torch.cat([e for _, _, e in noise_chunks(11, name, param.numel(), param.device)])
+    assert torch.allclose(param.detach().view(-1), before[name].view(-1) + 0.01 * eps, atol=1e-6)
+    p.revert()
+
+
+def test_update_matches_dense_reference():
+    net = small_net()
+    before = {k: v.double() for k, v in snapshot(net).items()}
+    seeds, coefs = [5, 6, 7, 8], [0.3, -0.1, 0.05, -0.25]
+    Perturber(net, chunk=50).update(seeds, coefs)
+    for name, param in net.named_parameters():
+        ref = before[name].view(-1).clone()
+        for s, c in zip(seeds, coefs):
+            eps = torch.cat([e for _, _, e in noise_chunks(s, name, param.numel(), param.device, chunk=50)]).double()
+            ref += c * eps
+        assert torch.allclose(param.detach().double().view(-1), ref, atol=1e-6), name
+
+
+def test_zscore_uses_population_std():
+    r = [1.0, 2.0, 3.0, 6.0]
+    z = normalize_rewards(r)
+    mu = sum(r) / 4
+    s = math.sqrt(sum((x - mu) ** 2 for x in r) / 4)  # ddof 0
+    assert z == pytest.approx([(x - mu) / (s + 1e-8) for x in r])
+
+
+def test_centered_ranks_share_ties():
+    assert normalize_rewards([0.2, 5.0, 0.2, -1.0], "centered_rank") == pytest.approx([0.0, 0.5, 0.0, -0.5])
+
+
+def test_all_equal_rewards_give_no_update_and_a_warning(caplog):
+    with caplog.at_level(logging.WARNING):
+        assert normalize_rewards([0.5] * 6) == [0.0] * 6
+    assert "no update" in caplog.text
+
+
+def test_bad_normalization_is_named():
+    with pytest.raises(ValueError, match="'rank'"):
+        normalize_rewards([1, 2], "rank")
+
+
+def test_cosine_schedule_has_exact_endpoints_and_decreases():
+    s = SigmaSchedule("cosine", 1e-3, 2.5e-4, total=100)
+    values = [s(t) for t in range(100)]
+    assert values[0] == 1e-3 and values[-1] == 2.5e-4
+    assert all(a >= b for a, b in zip(values, values[1:]))
+    assert s(50) == pytest.approx(2.5e-4 + (1e-3 - 2.5e-4) * (1 + math.cos(math.pi * 50 / 99)) / 2)
+    assert SigmaSchedule("cosine", 1e-3, 0.0, total=10)(9) == 0.0  # test-time ES ends unperturbed
+    assert {SigmaSchedule("constant", 3e-3, total=5)(t) for t in range(5)} == {3e-3}
+
+
+def test_antithetic_members_come_in_mirrored_pairs():
+    cfg = ESConfig(population=6, generations=2, alpha=0.1, sigma=SigmaSchedule("constant", 0.1, total=2), antithetic=True, seed=3)
+    seeds, signs = member_seeds(cfg, 0)
+    assert seeds[0::2] == seeds[1::2] and signs == [1, -1] * 3
+    assert len(set(seeds)) == 3 and member_seeds(cfg, 1)[0] != seeds
+
+
+def quadratic_fitness(net, target):
+    def fitness(member):
+        w = torch.cat([p.detach().float().view(-1) for p in net.parameters()])
+        return -float(((w - target) ** 2).sum()), {}
+    return fitness
+
+
+def test_es_reduces_a_quadratic_loss_and_is_deterministic():
+    def run():
+        net = small_net(seed=1)
+        target = torch.zeros(sum(p.numel() for p in net.parameters()))
+        cfg = ESConfig(population=20, generations=30, alpha=0.05, sigma=SigmaSchedule("cosine", 0.05, 0.01, total=30), antithetic=True, seed=0)
+        tr = ESTrainer(net, cfg, quadratic_fitness(net, target), progress=False)
+        h = tr.run()
+        return h, weights_sha256(net)
+
+    h1, w1 = run()
+    h2, w2 = run()
+    assert w1 == w2 and [g.rewards for g in h1.generations] == [g.rewards for g in h2.generations]
+    first, last = h1.generations[0].rewards, h1.generations[-1].rewards
+    assert max(last) > max(first)
+
+
+def test_every_member_sees_the_same_task_batch():
+    net = small_net()
+    seen = []
+    cfg = ESConfig(population=4, generations=2, alpha=0.1, sigma=SigmaSchedule("constant", 0.01, total=2), seed=0)
+    ESTrainer(net, cfg, lambda m: (seen.append((m.generation, m.task_seed)) or float(m.index), {}), progress=False).run()
+    assert len({s for g, s in seen if g == 0}) == 1 and len({s for g, s in seen if g == 1}) == 1
+    assert seen[0][1] != seen[-1][1]
+
+
+def test_resume_replays_history_to_identical_weights(tmp_path):
+    def trainer(gens_to_run):
+        net = small_net(seed=2)
+        target = torch.full((sum(p.numel() for p in net.parameters()),), 0.1)
+        cfg = ESConfig(population=8, generations=6, alpha=0.05, sigma=SigmaSchedule("cosine", 0.05, 0.01, total=6), seed=4)
+        return net, ESTrainer(net, cfg, quadratic_fitness(net, target), history_path=tmp_path / "h.json", progress=False)
+
+    net, tr = trainer(6)
+    for t in range(3):  # an interrupted run: 3 generations saved
+        tr.history.generations.append(tr.step(t))
+        tr.history.save(tmp_path / "h.json")
+    net2, tr2 = trainer(6)
+    tr2.run()  # resumes at generation 3
+    (tmp_path / "h.json").unlink()
+    net3, tr3 = trainer(6)
+    tr3.run()  # uninterrupted
+    assert weights_sha256(net2) == weights_sha256(net3)
+
+
+def test_resume_refuses_a_history_of_another_run(tmp_path):
+    net = small_net()
+    mk = lambda seed: ESTrainer(net, ESConfig(population=4, generations=2, alpha=0.1, sigma=SigmaSchedule("constant", 0.01, total=2), seed=seed),
+                                lambda m: (float(m.index), {}), history_path=tmp_path / "h.json", progress=False)
+    mk(0).run()
+    with pytest.raises(ValueError, match="different run"):
+        mk(1).run()

@@ -1,0 +1,1 @@
+"""The policy side: chat formatting and batched multi-turn rollouts."""

@@ -1,0 +1,140 @@
+"""Batched multi-turn rollouts: every unfinished episode advances with one generate call per turn.
+
+All episodes of one model state move together: turn k builds the chat prompt of
+every active episode, calls model.generate once on the left-padded batch, and
+steps each environment with its decoded action. Model output is untrusted; the
+environment answers anything it cannot use with an explanatory observation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+import torch
+
+from esopt.io import atomic_path
+from esopt.seeding import derive_seed
+
+
+class TextEnv(Protocol):
+    def reset(self, task: Any) -> str: ...
+    def step(self, action: str) -> tuple[str, float, bool, dict]: ...
+
+
+@dataclass(frozen=True)
+class Sampling:
+    do_sample: bool = True
+    temperature: float = 0.7
+    top_p: float = 0.8
+    top_k: int = 20
+    max_new_tokens: int = 16  # cap on tokens per turn
+
+    def generate_kwargs(self) -> dict[str, Any]:
+        if not self.do_sample:
+            return {"do_sample": False, "max_new_tokens": self.max_new_tokens}
+        return {
+            "do_sample": True, "temperature": self.temperature, "top_p": self.top_p,
+            "top_k": self.top_k, "max_new_tokens": self.max_new_tokens,
+        }
+
+
+@dataclass
+class Turn:
+    action: str
+    observation: str  # what the environment answered
+    reward: float
+
+
+@dataclass
+class Trajectory:
+    task_id: str
+    system: str
+    first_observation: str
+    turns: list[Turn] = field(default_factory=list)
+    reward: float = 0.0
+    done: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turns)
+
+
+def build_messages(traj: Trajectory, history_turns: int | None) -> list[dict[str, str]]:
+    """system, then the conversation [first observation, action, observation, ...]
+    cut to its last `history_turns` exchanges (None: all). With 0 the prompt is
+    system + latest observation, which for Sudoku holds the whole state and the
+    feedback on the last move."""
+    n = len(traj.turns)
+    start = 0 if history_turns is None else max(0, n - history_turns)
+    first = traj.first_observation if start == 0 else traj.turns[start - 1].observation
+    msgs = [{"role": "system", "content": traj.system}, {"role": "user", "content": first}]
+    for t in traj.turns[start:]:
+        msgs.append({"role": "assistant", "content": t.action})
+        msgs.append({"role": "user", "content": t.observation})
+    return msgs
+
+
+@torch.no_grad()
+def rollout(
+    model: torch.nn.Module,
+    tokenizer,
+    make_env: Callable[[], TextEnv],
+    tasks: Sequence[Any],
+    system: str,
+    sampling: Sampling,
+    seed: int,
+    max_turns: int,
+    history_turns: int | None = 0,
+    batch_size: int | None = None,
+    task_id: Callable[[Any], str] = lambda t: getattr(t, "id", str(t)),
+) -> list[Trajectory]:
+    """Run one episode per task with the model as it is now; returns trajectories in task order.
+
+    `seed` fixes the sampling noise (the same seed for every ES member gives common
+    random numbers); `batch_size` bounds how many episodes share one generate call.
+    """
+    model.eval()
+    envs = [make_env() for _ in tasks]
+    trajs = [Trajectory(task_id(t), system, env.reset(t)) for env, t in zip(envs, tasks)]
+    step = batch_size or len(tasks) or 1
+    gen_kwargs = sampling.generate_kwargs()
+    device = next(model.parameters()).device
+    for turn in range(max_turns):
+        active = [i for i, tr in enumerate(trajs) if not tr.done]
+        if not active:
+            break
+        for lo in range(0, len(active), step):
+            idx = active[lo:lo + step]
+            prompts = [
+                tokenizer.apply_chat_template(build_messages(trajs[i], history_turns), tokenize=False, add_generation_prompt=True)
+                for i in idx
+            ]
+            enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+            if sampling.do_sample:
+                torch.manual_seed(derive_seed("sampling", seed, turn, lo))
+            out = model.generate(
+                **enc, **gen_kwargs, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+            )
+            actions = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+            for i, action in zip(idx, actions):
+                obs, reward, done, info = envs[i].step(action)
+                tr = trajs[i]
+                tr.turns.append(Turn(action, obs, float(reward)))
+                tr.reward += float(reward)
+                tr.done = done
+                tr.info = info
+    for tr in trajs:  # the turn budget ran out before the env said done
+        tr.done = True
+    return trajs
+
+
+def write_trajectories(path: str | os.PathLike, trajs: Sequence[Trajectory], **extra: Any) -> None:
+    """One JSON object per episode: prompt, actions, observations, rewards, turn count."""
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
+        for tr in trajs:
+            rec = {**extra, **asdict(tr), "num_turns": tr.num_turns}
+            f.write(json.dumps(rec) + "\n")

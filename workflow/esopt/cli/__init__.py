@@ -1,0 +1,1 @@
+"""Thin command-line entry points; each Snakemake rule calls one of them."""

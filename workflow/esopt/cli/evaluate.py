@@ -1,0 +1,66 @@
+"""esopt evaluate: success of a model on held-out puzzles at one horizon H*.
+
+Writes FILE.json (summary with binomial standard error), FILE.trajectories.jsonl
+(every episode) and FILE.provenance.json. The eval puzzles come from the 'eval'
+split, which is disjoint from every training batch by construction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from esopt.cli.common import add_provenance_args, parse_wildcards, run_main, setup
+from esopt.io import write_json_atomic
+from esopt.report.provenance import Provenance
+
+log = logging.getLogger("esopt.evaluate")
+
+
+def main_fn(args: argparse.Namespace) -> int:
+    cfg = setup(args.config)
+    from esopt.agent.rollout import write_trajectories
+    from esopt.eval.episodes import EpisodeSpec, run_episodes, summarize
+    from esopt.models.load import load_model_and_tokenizer
+
+    out = Path(args.out)
+    if out.suffix != ".json":
+        raise ValueError(f"--out {out}: expected a .json file")
+    ev = cfg["evaluate"]
+    seed = ev["seed"] if args.seed is None else args.seed
+    model, tok = load_model_and_tokenizer(args.model)
+    spec = EpisodeSpec.from_config(cfg, args.horizon, ev["decoding"], batch_size=ev["batch_size"])
+    prov = Provenance("evaluate", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
+                      seeds={"evaluate": seed}, inputs=[args.config, args.model])
+    trajs = run_episodes(model, tok, spec, ev["episodes"], seed=seed, split="eval")
+    summary = {"benchmark": args.benchmark, "model": str(args.model), "horizon": args.horizon,
+               "meta": parse_wildcards(args.meta),
+               "decoding": ev["decoding"], "seed": seed, **summarize(trajs)}
+    traj_path = out.with_suffix(".trajectories.jsonl")
+    write_trajectories(traj_path, trajs, horizon=args.horizon)
+    write_json_atomic(out, summary)
+    prov.write(out.with_suffix(".provenance.json"), outputs=[out, traj_path])
+    log.info("H*=%d: success %.3f ± %.3f over %d episodes", args.horizon, summary["success"], summary["success_se"], len(trajs))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="esopt evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", required=True)
+    p.add_argument("--model", required=True, help="model directory (base or DIR/model of a training run)")
+    p.add_argument("--benchmark", default="sudoku")
+    p.add_argument("--horizon", type=int, required=True)
+    p.add_argument("--seed", type=int, default=None, help="evaluation seed (default: evaluate.seed of the config)")
+    p.add_argument("--out", required=True, help="summary FILE.json")
+    p.add_argument("--meta", default="{}", help="JSON copied into the summary (method, train_horizon, population, seed)")
+    add_provenance_args(p)
+    return p
+
+
+def main(argv=None) -> int:
+    return run_main(main_fn, parser(), argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

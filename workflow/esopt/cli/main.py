@@ -1,0 +1,26 @@
+"""`esopt <command>`: the same as `python -m esopt.cli.<command_with_underscores>`."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS = {
+    "build-model": "esopt.cli.build_model",
+    "train-es": "esopt.cli.train_es",
+    "evaluate": "esopt.cli.evaluate",
+    "replay": "esopt.cli.replay",
+    "report-sudoku": "esopt.cli.report_sudoku",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print("usage: esopt <command> [options]\n\ncommands:\n" + "\n".join(f"  {c}" for c in COMMANDS), file=sys.stderr)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    return importlib.import_module(COMMANDS[argv[0]]).main(argv[1:])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

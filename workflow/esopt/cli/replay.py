@@ -1,0 +1,68 @@
+"""esopt replay: rebuild trained weights from the base model and a history.json.
+
+No weights travel: the update of every generation is regenerated from its seeds.
+The rebuilt weights' hash is compared with the one the run recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from esopt.cli.common import run_main, setup
+from esopt.io import atomic_path
+
+log = logging.getLogger("esopt.replay")
+
+
+def replay(base: str, history_path: str, out: str | None) -> dict:
+    from esopt.es import History, Perturber
+    from esopt.es.history import weights_sha256
+    from esopt.models.load import load_model_and_tokenizer
+
+    history = History.load(history_path)
+    model, tok = load_model_and_tokenizer(base)
+    base_hash = weights_sha256(model)
+    want_base = history.run.get("base_weights_sha256")
+    if want_base and want_base != base_hash:
+        raise ValueError(f"{base} is not the base model of {history_path} (weights hash {base_hash[:12]}, history expects {want_base[:12]})")
+    history.replay(Perturber(model))
+    got = weights_sha256(model)
+    want = (history.final or {}).get("weights_sha256")
+    if out:
+        with atomic_path(out) as tmp:
+            tmp.unlink()
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+    return {"generations": len(history.generations), "weights_sha256": got, "expected": want, "match": want is None or got == want}
+
+
+def main_fn(args: argparse.Namespace) -> int:
+    setup()
+    res = replay(args.base, args.history, args.out)
+    print(f"replayed {res['generations']} generations: weights sha256 {res['weights_sha256']}")
+    if res["expected"] is None:
+        print("history records no final weight hash (unfinished run): nothing to compare")
+        return 0
+    if not res["match"]:
+        print(f"MISMATCH: the run recorded {res['expected']}")
+        return 1
+    print("matches the weights the run saved")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="esopt replay", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--base", required=True, help="base model directory")
+    p.add_argument("--history", required=True, help="history.json of an ES run")
+    p.add_argument("--out", default=None, help="directory to save the rebuilt model (optional)")
+    return p
+
+
+def main(argv=None) -> int:
+    return run_main(main_fn, parser(), argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,135 @@
+"""esopt train-es: Agentic ESOpt on one benchmark, horizon, population size and seed.
+
+DIR/model/          trained weights (save_pretrained) + tokenizer
+DIR/history.json    seeds, raw rewards, σ, α, normalization per generation (replayable)
+DIR/metrics.jsonl   one line per generation
+DIR/trajectories/   sampled episodes (member 0) of the first, every 10th and last generation
+DIR/provenance.json
+A killed run leaves its progress in DIR/.resume/ and continues from there when rerun.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import statistics
+from pathlib import Path
+
+from esopt.cli.common import add_provenance_args, parse_wildcards, run_main, setup
+from esopt.io import atomic_path, write_json_atomic, write_text_atomic
+from esopt.report.provenance import Provenance
+
+log = logging.getLogger("esopt.train_es")
+
+BENCHMARKS = ("sudoku",)
+
+
+def es_config(cfg: dict, population: int, seed: int):
+    from esopt.es import ESConfig, SigmaSchedule
+
+    e = cfg["es"]
+    s = e["sigma"]
+    sched = SigmaSchedule(s["schedule"], s["sigma0"], s.get("sigmaT"), e["generations"])
+    return ESConfig(population=population, generations=e["generations"], alpha=e["alpha"], sigma=sched,
+                    antithetic=e["antithetic"], normalization=e["normalization"], seed=seed)
+
+
+def metrics_line(rec) -> dict:
+    succ = [i["success"] for i in rec.member_info]
+    return {
+        "generation": rec.generation, "sigma": rec.sigma, "alpha": rec.alpha,
+        "mean_reward": statistics.fmean(rec.rewards), "max_reward": max(rec.rewards),
+        "min_reward": min(rec.rewards), "std_reward": statistics.pstdev(rec.rewards),
+        "success_rate": statistics.fmean(succ),
+        "mean_turns": statistics.fmean(i["mean_turns"] for i in rec.member_info),
+        "updated": rec.updated, "wall_s": rec.wall_s,
+    }
+
+
+def main_fn(args: argparse.Namespace) -> int:
+    cfg = setup(args.config)
+    if args.benchmark not in BENCHMARKS:
+        raise ValueError(f"--benchmark {args.benchmark!r}: expected one of {BENCHMARKS}")
+    if args.horizon not in cfg["sudoku"]["horizons"]:
+        log.warning("horizon %d is not in the config's sudoku.horizons %s", args.horizon, cfg["sudoku"]["horizons"])
+    from esopt.agent.rollout import write_trajectories
+    from esopt.es import ESTrainer
+    from esopt.es.history import weights_sha256
+    from esopt.eval.episodes import EpisodeSpec, run_episodes, summarize
+    from esopt.models.load import load_model_and_tokenizer
+
+    out = Path(args.out)
+    resume_dir = out / ".resume"
+    resume_dir.mkdir(parents=True, exist_ok=True)
+    model, tok = load_model_and_tokenizer(args.model)
+    base_hash = weights_sha256(model)
+    es_cfg = es_config(cfg, args.population, args.seed)
+    spec = EpisodeSpec.from_config(cfg, args.horizon, cfg["es"]["member_decoding"])
+    n_tasks = cfg["es"]["tasks_per_member"]
+    prov = Provenance("train-es", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
+                      seeds={"es": args.seed}, inputs=[args.config, args.model])
+    traj_dir = resume_dir / "trajectories"
+    keep = {0, es_cfg.generations - 1} | set(range(0, es_cfg.generations, 10))
+
+    def fitness(member):
+        # Every member sees the same task batch and the same sampling seed (common random numbers).
+        trajs = run_episodes(model, tok, spec, n_tasks, seed=member.task_seed, split="train")
+        if member.index == 0 and member.generation in keep:
+            write_trajectories(traj_dir / f"gen{member.generation:04d}.jsonl", trajs,
+                               generation=member.generation, member=0, sigma=member.sigma)
+        s = summarize(trajs)
+        return s["mean_reward"], {"success": s["success"], "mean_turns": s["mean_turns"]}
+
+    def on_generation(rec):
+        m = metrics_line(rec)
+        log.info("gen %d: sigma %.3g mean R %.3f max %.3f success %.3f (%.1fs)",
+                 rec.generation, rec.sigma, m["mean_reward"], m["max_reward"], m["success_rate"], rec.wall_s)
+
+    trainer = ESTrainer(
+        model, es_cfg, fitness, history_path=resume_dir / "history.json",
+        run_info={"benchmark": args.benchmark, "horizon": args.horizon, "base_weights_sha256": base_hash,
+                  "episode": {k: v for k, v in vars(spec).items() if k != "sampling"} | {"sampling": vars(spec.sampling)},
+                  "tasks_per_member": n_tasks},
+        on_generation=on_generation,
+    )
+    history = trainer.run()
+    history.final = {"weights_sha256": weights_sha256(model)}
+
+    # Publish: every file is written atomically; history.json last-but-one, provenance last.
+    with atomic_path(out / "model") as tmp:
+        tmp.unlink()
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+    if (out / "trajectories").exists():
+        shutil.rmtree(out / "trajectories")
+    shutil.copytree(traj_dir, out / "trajectories")
+    write_text_atomic(out / "metrics.jsonl", "".join(json.dumps(metrics_line(r)) + "\n" for r in history.generations))
+    history.save(out / "history.json")
+    prov.write(out / "provenance.json", outputs=[out / "model", out / "history.json", out / "metrics.jsonl"],
+               extra={"base_weights_sha256": base_hash, "final_weights_sha256": history.final["weights_sha256"]})
+    shutil.rmtree(resume_dir)
+    log.info("done: %s", out)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="esopt train-es", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", required=True)
+    p.add_argument("--benchmark", default="sudoku", help="benchmark to train on (sudoku)")
+    p.add_argument("--horizon", type=int, required=True, help="H*: blanks per puzzle")
+    p.add_argument("--population", type=int, required=True, help="G: members per generation")
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--model", required=True, help="base model directory (from `esopt build-model`)")
+    p.add_argument("--out", required=True, help="training directory to create")
+    add_provenance_args(p)
+    return p
+
+
+def main(argv=None) -> int:
+    return run_main(main_fn, parser(), argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,365 @@
+"""Sudoku as a multi-turn text environment for LLM agents.
+
+The agent sees the board (one row per line, '.' for blanks) and answers with one
+placement per turn, `r{row}c{col}={value}` (1-indexed). Every turn costs one unit
+of the budget whether or not the placement is accepted, so the minimum success
+horizon H* equals the number of blanks: a puzzle with k blanks needs exactly k
+correct placements. Varying `blanks` therefore sweeps the horizon directly.
+
+Each placement is checked against the rules (row/column/box) and then against
+the puzzle's unique solution, so only correct digits ever land on the board and
+the board can never become unsolvable; mistakes only cost turns.
+
+Train/eval split by hash: a puzzle is 'eval' iff the first 8 hex digits of
+sha256(puzzle) are divisible by 8, else 'train' (see `split_of`). The generator
+discards candidates of the other split, so the two splits are disjoint by
+construction, for any seeds, sizes and counts, with no bookkeeping.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass
+
+BOX = {4: 2, 9: 3}  # board size -> box side
+MAX_BLANKS = {4: 12, 9: 64}  # a unique 4x4 needs >= 4 clues, a unique 9x9 >= 17
+MAX_FAILED_ATTEMPTS = 2000  # consecutive rejected candidates before giving up
+
+ACTION_RE = re.compile(r"r\s*(\d+)\s*c\s*(\d+)\s*=\s*(\d+)", re.IGNORECASE | re.ASCII)
+MAX_NUMBER_DIGITS = 18  # longer numbers are treated as malformed (int() caps at 4300 digits)
+INVALID_FEEDBACK = "invalid: write rRcC=V, e.g. r1c2=3"
+
+
+def _check_size(size: int) -> None:
+    if size not in BOX:
+        raise ValueError(f"size must be 4 or 9, got {size!r}")
+
+
+def _box_index(r: int, c: int, size: int) -> int:
+    """0-based box number, boxes numbered row-major."""
+    b = BOX[size]
+    return (r // b) * b + c // b
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SudokuTask:
+    puzzle: str
+    solution: str
+    size: int
+    blanks: int
+
+    def __post_init__(self) -> None:
+        _check_size(self.size)
+        cells = self.size * self.size
+        if len(self.puzzle) != cells or len(self.solution) != cells:
+            raise ValueError(f"puzzle and solution must have {cells} chars for size {self.size}")
+        if self.puzzle.count(".") != self.blanks:
+            raise ValueError(f"blanks={self.blanks} but puzzle has {self.puzzle.count('.')} blanks")
+
+    @property
+    def id(self) -> str:
+        return _sha256(self.puzzle)[:12]
+
+
+def render(board: str, size: int) -> str:
+    return "\n".join(board[i : i + size] for i in range(0, size * size, size))
+
+
+def split_of(puzzle: str) -> str:
+    return "eval" if int(_sha256(puzzle)[:8], 16) % 8 == 0 else "train"
+
+
+def _candidates(board: str, size: int) -> dict[int, int]:
+    """Bitmask of rule-legal digits (bit d-1 for digit d) for every blank cell."""
+    rows, cols, boxes = [0] * size, [0] * size, [0] * size
+    for i, ch in enumerate(board):
+        if ch != ".":
+            r, c = divmod(i, size)
+            bit = 1 << (int(ch) - 1)
+            rows[r] |= bit
+            cols[c] |= bit
+            boxes[_box_index(r, c, size)] |= bit
+    full = (1 << size) - 1
+    out = {}
+    for i, ch in enumerate(board):
+        if ch == ".":
+            r, c = divmod(i, size)
+            out[i] = full & ~(rows[r] | cols[c] | boxes[_box_index(r, c, size)])
+    return out
+
+
+def solve_count(board: str, size: int, limit: int = 2) -> int:
+    """Number of solutions of `board`, counting stops at `limit`."""
+    _check_size(size)
+    if len(board) != size * size:
+        raise ValueError(f"board must have {size * size} chars, got {len(board)}")
+    digits = "123456789"[:size]
+    if any(ch != "." and ch not in digits for ch in board):
+        raise ValueError(f"board chars must be '.' or 1-{size}")
+
+    rows, cols, boxes = [0] * size, [0] * size, [0] * size
+    blanks = []  # (row, col, box) of each empty cell
+    for i, ch in enumerate(board):
+        r, c = divmod(i, size)
+        b = _box_index(r, c, size)
+        if ch == ".":
+            blanks.append((r, c, b))
+            continue
+        bit = 1 << (int(ch) - 1)
+        if (rows[r] | cols[c] | boxes[b]) & bit:
+            return 0  # the givens already break a rule
+        rows[r] |= bit
+        cols[c] |= bit
+        boxes[b] |= bit
+    full = (1 << size) - 1
+
+    def search(limit: int) -> int:
+        if not blanks:
+            return 1
+        # branch on the most constrained cell: keeps the tree tiny on near-full boards
+        best, best_cands, best_n = 0, 0, size + 1
+        for k, (r, c, b) in enumerate(blanks):
+            cands = full & ~(rows[r] | cols[c] | boxes[b])
+            n = cands.bit_count()
+            if n < best_n:
+                best, best_cands, best_n = k, cands, n
+                if n <= 1:
+                    break
+        if best_n == 0:
+            return 0
+        r, c, b = cell = blanks.pop(best)
+        count = 0
+        while best_cands and count < limit:
+            bit = best_cands & -best_cands
+            best_cands ^= bit
+            rows[r] |= bit
+            cols[c] |= bit
+            boxes[b] |= bit
+            count += search(limit - count)
+            rows[r] ^= bit
+            cols[c] ^= bit
+            boxes[b] ^= bit
+        blanks.insert(best, cell)
+        return count
+
+    return search(limit) if limit > 0 else 0
+
+
+def _rng(*parts: object) -> random.Random:
+    # sha256 rather than hash(): stable across processes and Python versions
+    return random.Random(int(_sha256("|".join(map(str, parts)))[:16], 16))
+
+
+def _random_grid(size: int, rng: random.Random) -> str:
+    """A random full grid: a base pattern under validity-preserving symmetries."""
+    b = BOX[size]
+    relabel = rng.sample("123456789"[:size], size)
+
+    def shuffled_lines() -> list[int]:  # permute bands, then lines within each band
+        return [band * b + line for band in rng.sample(range(b), b) for line in rng.sample(range(b), b)]
+
+    rows, cols = shuffled_lines(), shuffled_lines()
+    grid = [[relabel[(b * (r % b) + r // b + c) % size] for c in cols] for r in rows]
+    if rng.random() < 0.5:
+        grid = list(zip(*grid))
+    return "".join("".join(row) for row in grid)
+
+
+def _remove_cells(solution: str, size: int, blanks: int, rng: random.Random) -> str | None:
+    """Blank `blanks` cells in random order keeping the solution unique, or None."""
+    board = list(solution)
+    order = rng.sample(range(size * size), size * size)
+    removed = 0
+    for tried, i in enumerate(order):
+        if removed == blanks or removed + len(order) - tried < blanks:
+            break
+        board[i] = "."
+        if solve_count("".join(board), size) == 1:
+            removed += 1
+        else:
+            board[i] = solution[i]
+    return "".join(board) if removed == blanks else None
+
+
+def generate_puzzles(size: int, blanks: int, n: int, seed: int, split: str) -> list[SudokuTask]:
+    """`n` distinct uniquely-solvable puzzles of `split`, each with exactly `blanks` blanks.
+
+    Candidate k is drawn from an rng keyed on (seed, split, size, blanks, k), so
+    the output is deterministic and a shorter call is a prefix of a longer one.
+    """
+    _check_size(size)
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    if not 1 <= blanks <= MAX_BLANKS[size]:
+        raise ValueError(
+            f"blanks must be in 1..{MAX_BLANKS[size]} for {size}x{size} "
+            f"(a unique puzzle needs at least {size * size - MAX_BLANKS[size]} clues), got {blanks}"
+        )
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+
+    tasks: list[SudokuTask] = []
+    seen: set[str] = set()
+    attempt, failed = 0, 0
+    while len(tasks) < n:
+        if failed >= MAX_FAILED_ATTEMPTS:
+            raise RuntimeError(
+                f"generated only {len(tasks)}/{n} {size}x{size} {split} puzzles with {blanks} blanks: "
+                f"{failed} consecutive candidates failed (too many blanks, or too few distinct puzzles)"
+            )
+        rng = _rng(seed, split, size, blanks, attempt)
+        attempt += 1
+        solution = _random_grid(size, rng)
+        puzzle = _remove_cells(solution, size, blanks, rng)
+        if puzzle is None or split_of(puzzle) != split or puzzle in seen:
+            failed += 1
+            continue
+        failed = 0
+        seen.add(puzzle)
+        tasks.append(SudokuTask(puzzle=puzzle, solution=solution, size=size, blanks=blanks))
+    return tasks
+
+
+def parse_action(text: str) -> tuple[int, int, int] | None:
+    """(row, col, value) from the first `rRcC=V` in `text`, unchecked; None if absent."""
+    m = ACTION_RE.search(text)
+    if m is None or any(len(g) > MAX_NUMBER_DIGITS for g in m.groups()):
+        return None
+    r, c, v = (int(g) for g in m.groups())
+    return r, c, v
+
+
+def expert_action(board: str, size: int, solution: str, order: str = "fewest") -> str:
+    """Demonstrator: fill a blank with its solution digit. order="fewest": the most
+    constrained blank (row-major on ties); "first": the first blank in row-major order."""
+    cands = _candidates(board, size)
+    if not cands:
+        raise ValueError("board has no blank cell")
+    if order == "fewest":
+        i = min(cands, key=lambda i: (cands[i].bit_count(), i))
+    elif order == "first":
+        i = min(cands)
+    else:
+        raise ValueError(f"order {order!r}: expected 'fewest' or 'first'")
+    r, c = divmod(i, size)
+    return f"r{r + 1}c{c + 1}={solution[i]}"
+
+
+class SudokuEnv:
+    """One episode at a time; `step` takes raw model text and never raises on it."""
+
+    def __init__(self, max_turns: int, reward: str = "success"):
+        if not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
+        if reward not in ("success", "shaped"):
+            raise ValueError(f"reward must be 'success' or 'shaped', got {reward!r}")
+        self.max_turns = max_turns
+        self.reward = reward
+        self._task: SudokuTask | None = None
+        self._board = ""
+        self._done = True
+
+    @property
+    def task(self) -> SudokuTask | None:
+        return self._task
+
+    @property
+    def board(self) -> str:
+        return self._board
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def reset(self, task: SudokuTask) -> str:
+        if task.blanks < 1:
+            raise ValueError("task has no blank cells")
+        self._task = task
+        self._board = task.puzzle
+        self._done = False
+        self._turns = self._invalid = self._illegal = self._placed = 0
+        return render(self._board, task.size)
+
+    def _judge(self, action: str) -> str:
+        """Feedback line for `action`; applies it to the board when accepted."""
+        parsed = parse_action(action)
+        if parsed is None:
+            self._invalid += 1
+            return INVALID_FEEDBACK
+        r, c, v = parsed
+        n = self._task.size
+        prefix = f"rejected r{r}c{c}={v}: "
+        for name, x in (("row", r), ("column", c), ("value", v)):
+            if not 1 <= x <= n:
+                self._illegal += 1
+                return prefix + f"{name} must be 1-{n}"
+        i = (r - 1) * n + (c - 1)
+        if self._board[i] != ".":
+            self._illegal += 1
+            return prefix + "cell is filled"
+        d = str(v)
+        box = _box_index(r - 1, c - 1, n)
+        cells = {
+            f"row {r}": [(r - 1) * n + k for k in range(n)],
+            f"column {c}": [k * n + (c - 1) for k in range(n)],
+            f"box {box + 1}": [j for j in range(n * n) if _box_index(*divmod(j, n), n) == box],
+        }
+        for unit, idx in cells.items():
+            if any(self._board[j] == d for j in idx):
+                self._illegal += 1
+                return prefix + f"{v} already in {unit}"
+        if self._task.solution[i] != d:
+            self._illegal += 1
+            return prefix + "wrong digit"
+        self._board = self._board[:i] + d + self._board[i + 1 :]
+        self._placed += 1
+        return f"placed r{r}c{c}={v}"
+
+    def step(self, action: str) -> tuple[str, float, bool, dict]:
+        if self._task is None:
+            raise RuntimeError("call reset() before step()")
+        if self._done:
+            raise RuntimeError("episode is over; call reset() before step()")
+        self._turns += 1
+        feedback = self._judge(action if isinstance(action, str) else str(action))
+        solved = "." not in self._board
+        self._done = solved or self._turns >= self.max_turns
+        reward = 0.0
+        if self._done:
+            # only correct digits are ever placed, so placed/blanks is the fraction filled correctly
+            reward = float(solved) if self.reward == "success" else self._placed / self._task.blanks
+        info = {
+            "solved": solved,
+            "turns": self._turns,
+            "invalid_actions": self._invalid,
+            "illegal_actions": self._illegal,
+            "placed": self._placed,
+            "blanks_left": self._board.count("."),
+            "feedback": feedback,
+        }
+        return feedback + "\n" + render(self._board, self._task.size), reward, self._done, info
+
+
+def instructions(size: int, style: str = "full") -> str:
+    """The system prompt. "full" explains rules and format (for pretrained LLMs);
+    "short" names the task and the format only (for the tiny model, where every
+    prompt token is paid for on every turn of every episode)."""
+    _check_size(size)
+    if style == "short":
+        return f"Sudoku {size}x{size}. Reply rRcC=V"
+    if style != "full":
+        raise ValueError(f"prompt style {style!r}: expected 'full' or 'short'")
+    box = BOX[size]
+    return (
+        f"You are playing Sudoku on a {size}x{size} board, shown one row per line from the top; "
+        f"'.' marks an empty cell. Every digit 1-{size} must appear exactly once in each row, each column "
+        f"and each {box}x{box} box. Each turn, fill exactly one empty cell: reply with rRcC=V "
+        f"(row R, column C, value V, counted from 1), for example r1c2=3. "
+        f"After each move you see whether it was placed or rejected, and the board."
+    )

@@ -1,0 +1,18 @@
+"""The ES optimizer. Knows nothing about LLMs or environments: any torch.nn.Module."""
+
+from esopt.es.history import History, GenerationRecord
+from esopt.es.normalize import normalize_rewards
+from esopt.es.perturb import Perturber
+from esopt.es.schedule import SigmaSchedule
+from esopt.es.trainer import ESConfig, ESTrainer, member_seeds
+
+__all__ = [
+    "ESConfig",
+    "ESTrainer",
+    "GenerationRecord",
+    "History",
+    "Perturber",
+    "SigmaSchedule",
+    "member_seeds",
+    "normalize_rewards",
+]

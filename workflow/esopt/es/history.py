@@ -1,0 +1,77 @@
+"""Run history: everything needed to resume or replay an ES run from its base weights.
+
+Only seeds, rewards and scalars are stored; weights are rebuilt by replaying each
+generation's update from its seeds (the same function the run used, so bit-exact).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from esopt.io import write_json_atomic
+
+FORMAT = "esopt-history/1"
+
+
+@dataclass
+class GenerationRecord:
+    generation: int
+    sigma: float
+    alpha: float
+    task_seed: int
+    seeds: list[int]  # noise seed of each member (antithetic pairs share one)
+    signs: list[int]  # +1 / -1
+    rewards: list[float]  # raw fitness R_i
+    normalized: list[float]  # R̂_i
+    normalization: str
+    updated: bool
+    wall_s: float
+    member_info: list[dict[str, Any]] = field(default_factory=list)
+
+    def coefficients(self) -> list[float]:
+        """c_i = (α / G)·R̂_i·sign_i, so that θ += Σ c_i ε_i is the paper's update."""
+        g = len(self.seeds)
+        return [self.alpha / g * z * s for z, s in zip(self.normalized, self.signs)]
+
+
+@dataclass
+class History:
+    run: dict[str, Any]  # the run's settings; a resume must match them exactly
+    generations: list[GenerationRecord] = field(default_factory=list)
+    final: dict[str, Any] | None = None  # set when the run finished (e.g. final weight hash)
+    format: str = FORMAT
+
+    def save(self, path: str | os.PathLike) -> None:
+        write_json_atomic(path, asdict(self))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "History":
+        with open(path) as f:
+            data = json.load(f)
+        if data.get("format") != FORMAT:
+            raise ValueError(f"{path}: format {data.get('format')!r}, expected {FORMAT!r}")
+        gens = [GenerationRecord(**g) for g in data["generations"]]
+        return cls(run=data["run"], generations=gens, final=data.get("final"))
+
+    def replay(self, perturber, upto: int | None = None) -> None:
+        """Apply the recorded updates of generations [0, upto) to the perturber's module."""
+        for rec in self.generations[:upto]:
+            if rec.updated:
+                perturber.update(rec.seeds, rec.coefficients())
+
+
+def weights_sha256(module: torch.nn.Module) -> str:
+    """Hash of every parameter and buffer (name, dtype, shape, bytes), in name order."""
+    h = hashlib.sha256()
+    state = module.state_dict()
+    for name in sorted(state):
+        t = state[name].detach().contiguous().cpu()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()

@@ -1,0 +1,156 @@
+"""The ES generation loop (Agentic ESOpt), model- and environment-agnostic.
+
+Each generation t:
+  1. σ_t from the schedule; G member seeds from the run seed (antithetic: ±ε pairs);
+  2. for each member: θ ← θ + σ_t·s_i·ε_i in place, R_i = fitness(same task batch), revert;
+  3. R̂ = normalize(R); θ ← θ + (α/G) Σ_i R̂_i·s_i·ε_i, regenerated from seeds;
+  4. history.json written atomically, so a killed run resumes exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from tqdm.auto import tqdm
+
+from esopt.es.history import GenerationRecord, History
+from esopt.es.normalize import normalize_rewards
+from esopt.es.perturb import Perturber
+from esopt.es.schedule import SigmaSchedule
+from esopt.seeding import derive_seed
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ESConfig:
+    population: int  # G, members per generation
+    generations: int
+    alpha: float  # effective step size (no 1/σ factor, as in the paper)
+    sigma: SigmaSchedule
+    antithetic: bool = False  # mirrored ±ε pairs (G must be even)
+    normalization: str = "zscore"  # or "centered_rank"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.population < 2:
+            raise ValueError(f"population must be >= 2, got {self.population}")
+        if self.antithetic and self.population % 2:
+            raise ValueError(f"antithetic sampling needs an even population, got {self.population}")
+        if self.sigma.total != self.generations:
+            raise ValueError(
+                f"sigma schedule spans {self.sigma.total} generations, run has {self.generations}"
+            )
+
+    def as_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def member_seeds(cfg: ESConfig, generation: int) -> tuple[list[int], list[int]]:
+    """Noise seeds and signs of one generation's members (a pure function of the run seed)."""
+    if cfg.antithetic:
+        half = [derive_seed("member", cfg.seed, generation, k) for k in range(cfg.population // 2)]
+        return [s for s in half for _ in (0, 1)], [1, -1] * (cfg.population // 2)
+    return [derive_seed("member", cfg.seed, generation, k) for k in range(cfg.population)], [1] * cfg.population
+
+
+def task_seed(cfg: ESConfig, generation: int) -> int:
+    """The seed of the task batch that every member of a generation is evaluated on."""
+    return derive_seed("tasks", cfg.seed, generation)
+
+
+@dataclass
+class Member:
+    generation: int
+    index: int
+    seed: int
+    sign: int
+    sigma: float
+    task_seed: int
+
+
+# fitness(member) -> (scalar reward, info dict saved in the history)
+Fitness = Callable[[Member], tuple[float, dict[str, Any]]]
+
+
+@dataclass
+class ESTrainer:
+    model: torch.nn.Module
+    cfg: ESConfig
+    fitness: Fitness
+    history_path: str | os.PathLike | None = None
+    run_info: dict[str, Any] = field(default_factory=dict)  # e.g. base weight hash; checked on resume
+    on_generation: Callable[[GenerationRecord], None] | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.perturber = Perturber(self.model)
+        self.history = History(run={"es": self.cfg.as_record(), **self.run_info})
+
+    def resume(self) -> int:
+        """Load history_path if present, check it belongs to this run, replay its updates.
+
+        The model must hold the base weights. Returns the number of generations done.
+        """
+        if self.history_path is None or not Path(self.history_path).exists():
+            return 0
+        old = History.load(self.history_path)
+        if old.run != self.history.run:
+            diff = {k for k in set(old.run) | set(self.history.run) if old.run.get(k) != self.history.run.get(k)}
+            raise ValueError(
+                f"{self.history_path} belongs to a different run (differs in {sorted(diff)}); "
+                "delete it or use another output directory"
+            )
+        for rec in old.generations:
+            seeds, signs = member_seeds(self.cfg, rec.generation)
+            if (rec.seeds, rec.signs, rec.task_seed) != (seeds, signs, task_seed(self.cfg, rec.generation)):
+                raise ValueError(f"{self.history_path}: seed stream of generation {rec.generation} does not match")
+        old.replay(self.perturber)
+        self.history = old
+        log.info("resumed from %s after %d generations", self.history_path, len(old.generations))
+        return len(old.generations)
+
+    def step(self, t: int) -> GenerationRecord:
+        start = time.perf_counter()
+        sigma = self.cfg.sigma(t)
+        seeds, signs = member_seeds(self.cfg, t)
+        tseed = task_seed(self.cfg, t)
+        rewards, infos = [], []
+        for i, (seed, sign) in enumerate(zip(seeds, signs)):
+            self.perturber.apply(seed, sigma * sign)
+            try:
+                r, info = self.fitness(Member(t, i, seed, sign, sigma, tseed))
+            finally:
+                self.perturber.revert()
+            rewards.append(float(r))
+            infos.append(info)
+        z = normalize_rewards(rewards, self.cfg.normalization)
+        rec = GenerationRecord(
+            generation=t, sigma=sigma, alpha=self.cfg.alpha, task_seed=tseed, seeds=seeds,
+            signs=signs, rewards=rewards, normalized=z, normalization=self.cfg.normalization,
+            updated=any(v != 0.0 for v in z), wall_s=0.0, member_info=infos,
+        )
+        if rec.updated:
+            self.perturber.update(rec.seeds, rec.coefficients())
+        rec.wall_s = time.perf_counter() - start
+        return rec
+
+    def run(self) -> History:
+        done = self.resume()
+        bar = tqdm(range(done, self.cfg.generations), initial=done, total=self.cfg.generations,
+                   desc="ES generations", disable=not self.progress)
+        for t in bar:
+            rec = self.step(t)
+            self.history.generations.append(rec)
+            if self.history_path is not None:
+                self.history.save(self.history_path)
+            if self.on_generation is not None:
+                self.on_generation(rec)
+            bar.set_postfix(sigma=f"{rec.sigma:.2e}", mean_R=f"{sum(rec.rewards) / len(rec.rewards):.3f}")
+        return self.history

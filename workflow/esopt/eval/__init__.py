@@ -1,0 +1,1 @@
+"""Running episodes of a benchmark and summarizing them."""

@@ -1,0 +1,64 @@
+"""Sudoku episodes for a model state: task batches, rollouts and their summary."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from esopt.agent.rollout import Sampling, Trajectory, rollout
+from esopt.envs.sudoku import SudokuEnv, generate_puzzles, instructions
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """Everything about an episode batch except the model and the tasks' seed."""
+
+    size: int
+    horizon: int
+    max_turns: int
+    reward: str
+    prompt: str
+    history_turns: int | None
+    sampling: Sampling
+    batch_size: int | None = None
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any], horizon: int, decoding: str, batch_size: int | None = None) -> "EpisodeSpec":
+        s = cfg["agent"]["sampling"]
+        sampling = Sampling(
+            do_sample=decoding == "sample", temperature=s["temperature"], top_p=s["top_p"], top_k=s["top_k"],
+            max_new_tokens=cfg["agent"]["max_new_tokens"],
+        )
+        return cls(
+            size=cfg["sudoku"]["size"], horizon=horizon, max_turns=cfg["sudoku"]["max_turns"],
+            reward=cfg["sudoku"]["reward"], prompt=cfg["sudoku"]["prompt"], history_turns=cfg["agent"]["history_turns"],
+            sampling=sampling, batch_size=batch_size,
+        )
+
+
+def run_episodes(model, tokenizer, spec: EpisodeSpec, n: int, seed: int, split: str) -> list[Trajectory]:
+    """n puzzles of the split drawn from `seed`, one episode each; `seed` also fixes sampling."""
+    tasks = generate_puzzles(spec.size, spec.horizon, n, seed=seed, split=split)
+    return rollout(
+        model, tokenizer, lambda: SudokuEnv(spec.max_turns, spec.reward), tasks,
+        system=instructions(spec.size, spec.prompt), sampling=spec.sampling, seed=seed, max_turns=spec.max_turns,
+        history_turns=spec.history_turns, batch_size=spec.batch_size,
+    )
+
+
+def summarize(trajs: list[Trajectory]) -> dict[str, Any]:
+    """Success rate with its binomial standard error, and how the episodes went."""
+    n = len(trajs)
+    solved = [bool(t.info.get("solved")) for t in trajs]
+    p = sum(solved) / n
+    return {
+        "episodes": n,
+        "success": p,
+        "success_se": math.sqrt(p * (1 - p) / n),
+        "mean_reward": sum(t.reward for t in trajs) / n,
+        "mean_turns": sum(t.num_turns for t in trajs) / n,
+        "mean_turns_solved": (sum(t.num_turns for t, s in zip(trajs, solved) if s) / sum(solved)) if any(solved) else None,
+        "invalid_per_episode": sum(t.info.get("invalid_actions", 0) for t in trajs) / n,
+        "illegal_per_episode": sum(t.info.get("illegal_actions", 0) for t in trajs) / n,
+    }

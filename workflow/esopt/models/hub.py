@@ -1,0 +1,47 @@
+"""Hub models: a pinned snapshot, or a pre-staged local directory, with weight hashes."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from esopt.io import sha256_file
+
+log = logging.getLogger(__name__)
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+
+
+class OfflineError(FileNotFoundError):
+    """The model is neither pre-staged nor downloadable from here."""
+
+
+def prestage_hint(repo_id: str, revision: str) -> str:
+    return (
+        f"To pre-stage it, on a machine with network run\n"
+        f"    hf download {repo_id} --revision {revision} --local-dir /path/to/{repo_id.split('/')[-1]}\n"
+        f"copy that directory to the cluster and set `model.local_path: /path/to/{repo_id.split('/')[-1]}` "
+        f"(or model.source: local) in the config."
+    )
+
+
+def download_snapshot(repo_id: str, revision: str, out: str | os.PathLike) -> Path:
+    """snapshot_download at a pinned revision into `out`; fails at once without network."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        path = snapshot_download(repo_id=repo_id, revision=revision, local_dir=str(out))
+    except (LocalEntryNotFoundError, OSError) as e:
+        raise OfflineError(f"could not download {repo_id}@{revision}: {e}\n{prestage_hint(repo_id, revision)}") from None
+    return Path(path)
+
+
+def weight_hashes(model_dir: str | os.PathLike) -> dict[str, str]:
+    """sha256 of every weight file in a model directory, by relative path."""
+    model_dir = Path(model_dir)
+    files = sorted(f for f in model_dir.rglob("*") if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES))
+    if not files:
+        raise FileNotFoundError(f"{model_dir} holds no weight files ({', '.join(WEIGHT_SUFFIXES)})")
+    return {str(f.relative_to(model_dir)): sha256_file(f) for f in files}

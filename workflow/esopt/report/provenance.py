@@ -1,0 +1,111 @@
+"""provenance.json: which code, config, inputs, seeds and machine made a result."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from esopt.config import config_sha256
+from esopt.io import sha256_file, write_json_atomic
+
+PACKAGES = ("esopt", "torch", "transformers", "tokenizers", "snakemake", "huggingface_hub", "accelerate")
+
+
+def git_state(cwd: str | os.PathLike | None = None) -> dict[str, Any]:
+    def run(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        return {"commit": run("rev-parse", "HEAD"), "dirty": bool(run("status", "--porcelain", "--untracked-files=no"))}
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "dirty": None}
+
+
+def package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def device_info() -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {
+        "host": platform.node(), "platform": platform.platform(), "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["gpu_count"] = torch.cuda.device_count()
+    return info
+
+
+def hash_inputs(paths: list[str | os.PathLike]) -> dict[str, str]:
+    """sha256 of every file under each input path (directories are walked)."""
+    out: dict[str, str] = {}
+    for p in map(Path, paths):
+        files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+        for f in files:
+            if not any(part.startswith(".") for part in f.parts[len(p.parts) - (0 if p.is_dir() else 1):]):
+                out[str(f)] = sha256_file(f)
+    return out
+
+
+@dataclass
+class Provenance:
+    """Start one when a command starts; `write` it beside the results when it ends."""
+
+    command: str
+    config: dict[str, Any]
+    config_path: str | None = None
+    rule: str | None = None
+    wildcards: dict[str, Any] = field(default_factory=dict)
+    seeds: dict[str, Any] = field(default_factory=dict)
+    inputs: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+
+    def record(self, outputs: list[str | os.PathLike] = (), extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        import torch
+
+        end = time.time()
+        peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+        rec = {
+            "command": self.command,
+            "argv": sys.argv,
+            "rule": self.rule,
+            "wildcards": self.wildcards,
+            "git": git_state(Path(__file__).parent),
+            "config_path": self.config_path,
+            "config": self.config,
+            "config_sha256": config_sha256(self.config),
+            "inputs": hash_inputs(self.inputs),
+            "outputs": hash_inputs([o for o in outputs if Path(o).exists()]),
+            "seeds": self.seeds,
+            "packages": package_versions(),
+            "device": device_info(),
+            "start": dt.datetime.fromtimestamp(self.started, dt.timezone.utc).isoformat(),
+            "end": dt.datetime.fromtimestamp(end, dt.timezone.utc).isoformat(),
+            "wall_s": round(end - self.started, 3),
+            "peak_rss_bytes": peak_rss,
+            "peak_cuda_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
+        }
+        if extra:
+            rec.update(extra)
+        return rec
+
+    def write(self, path: str | os.PathLike, outputs: list[str | os.PathLike] = (), extra: dict[str, Any] | None = None) -> None:
+        write_json_atomic(path, self.record(outputs, extra))

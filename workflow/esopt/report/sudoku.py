@@ -1,0 +1,99 @@
+"""Sudoku results: the long table, the base-vs-ESOpt summary, and the horizon figure."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from esopt.io import atomic_path
+
+COLUMNS = ["method", "train_horizon", "population", "seed", "eval_horizon", "episodes", "success", "success_se",
+           "mean_turns", "mean_turns_solved", "invalid_per_episode", "illegal_per_episode", "source"]
+
+
+def load_evals(paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
+    rows = []
+    for p in paths:
+        rec = json.loads(Path(p).read_text())
+        meta = rec.get("meta", {})
+        rows.append({
+            "method": meta.get("method", "unknown"), "train_horizon": meta.get("train_horizon"),
+            "population": meta.get("population"), "seed": meta.get("seed"), "eval_horizon": rec["horizon"],
+            **{k: rec.get(k) for k in COLUMNS[5:-1]}, "source": str(p),
+        })
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    return df.sort_values(["method", "train_horizon", "population", "seed", "eval_horizon"], na_position="first").reset_index(drop=True)
+
+
+def summarize(df: pd.DataFrame) -> pd.DataFrame:
+    """ESOpt vs base per (train horizon, population, eval horizon): mean and std over
+    seeds, the gain, and its standard error (seed spread when there are several seeds,
+    else the binomial errors of the two evaluations)."""
+    base = df[df.method == "base"].set_index("eval_horizon")
+    rows = []
+    for (th, g, eh), grp in df[df.method != "base"].groupby(["train_horizon", "population", "eval_horizon"]):
+        b = base.loc[eh]
+        n = len(grp)
+        mean = grp.success.mean()
+        # Var(mean over seeds) from the seeds when possible, plus the base model's binomial variance.
+        var_es = grp.success.var(ddof=1) / n if n > 1 else float(grp.success_se.iloc[0]) ** 2
+        se = math.sqrt(var_es + float(b.success_se) ** 2)
+        gain = mean - float(b.success)
+        rows.append({
+            "method": grp.method.iloc[0], "train_horizon": th, "population": g, "eval_horizon": eh, "seeds": n,
+            "episodes_per_eval": int(grp.episodes.iloc[0]), "base_success": float(b.success),
+            "success_mean": mean, "success_std": grp.success.std(ddof=1) if n > 1 else float("nan"),
+            "gain": gain, "gain_se": se, "gain_z": gain / se if se > 0 else float("nan"),
+            "mean_turns_solved": grp.mean_turns_solved.mean(),
+        })
+    return pd.DataFrame(rows)
+
+
+def write_csv(df: pd.DataFrame, path: str | os.PathLike) -> None:
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False, float_format="%.6g")
+
+
+def plot_horizon(df: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:
+    """Success vs H*: base, ESOpt trained at the evaluated H* (the diagonal), and faint
+    lines for what each trained model carries over to other horizons."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    base = df[df.method == "base"].sort_values("eval_horizon")
+    ax.errorbar(base.eval_horizon, 100 * base.success, yerr=100 * base.success_se, marker="o", capsize=3,
+                color="0.35", label="base (±1 SE, episodes)")
+    es = df[df.method != "base"]
+    agg = es.groupby(["train_horizon", "eval_horizon"]).success.agg(["mean", "std", "count"]).reset_index()
+    for th, grp in agg.groupby("train_horizon"):
+        ax.plot(grp.eval_horizon, 100 * grp["mean"], ls=":", color="tab:blue", alpha=0.45, lw=1)
+    diag = agg[agg.train_horizon == agg.eval_horizon].sort_values("eval_horizon")
+    if len(diag):
+        many = (diag["count"] > 1).all()
+        if many:
+            err = 100 * diag["std"]
+        else:  # a single seed: binomial SE of its evaluation
+            err = [100 * float(es[(es.train_horizon == r.train_horizon) & (es.eval_horizon == r.eval_horizon)].success_se.iloc[0]) for r in diag.itertuples()]
+        ax.errorbar(diag.eval_horizon, 100 * diag["mean"], yerr=err, marker="s", capsize=3, color="tab:blue",
+                    label=f"Agentic ESOpt, trained at H* (±1 {'std over seeds' if many else 'SE'})")
+    ax.plot([], [], ls=":", color="tab:blue", alpha=0.45, label="ESOpt trained at one H*, evaluated at others")
+    ax.set_xlabel("minimum success horizon H* (blanks)")
+    ax.set_ylabel("success rate (%)")
+    ax.set_xticks(sorted(df.eval_horizon.unique()))
+    ax.set_ylim(0, 100)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=130, format="png")
+    plt.close(fig)

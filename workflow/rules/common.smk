@@ -1,0 +1,68 @@
+# Config loading, target lists and helpers shared by the rules.
+import json
+from pathlib import Path
+
+import yaml
+from snakemake.utils import validate
+
+# The esopt commands read the config FILE; make Snakemake see exactly that file too
+# (a --configfile is otherwise merged over config/tiny.yaml, and --config overrides
+# would never reach the commands).
+if workflow.config_settings.config:
+    raise ValueError(
+        "esopt takes its settings from a config file: copy config/tiny.yaml, edit it, "
+        "and pass it with --configfile instead of --config KEY=VALUE"
+    )
+CONFIGFILE = str(
+    (workflow.config_settings.configfiles or [Path("config/tiny.yaml")])[-1]
+)
+config.clear()
+config.update(yaml.safe_load(open(CONFIGFILE)))
+
+
+validate(config, "../schemas/config.schema.yaml")
+
+R = "results"
+MODEL = config["model"]["name"]
+HORIZONS = config["sudoku"]["horizons"]
+POPULATIONS = config["es"]["populations"]
+SEEDS = config["es"]["seeds"]
+LOGS = f"{R}/logs"
+
+wildcard_constraints:
+    horizon=r"\d+",
+    eval_horizon=r"\d+",
+    population=r"\d+",
+    seed=r"\d+",
+
+
+def code(*parts):
+    """Source files a rule depends on: editing one reruns exactly the rules that list it."""
+    pkg = Path(workflow.basedir) / "workflow" / "esopt"
+    shared = ["__init__.py", "config.py", "io.py", "seeding.py", "cli/common.py", "report/provenance.py"]
+    files = [pkg / f for f in shared]
+    for part in parts:
+        p = pkg / part
+        files += sorted(p.rglob("*.py")) if p.is_dir() else [p]
+    return [str(f) for f in files]
+
+
+def wildcards_json(wildcards):
+    return json.dumps(dict(wildcards)).replace('"', '\\"')
+
+
+def es_runs():
+    """Training directories of the grid: horizons x population sizes x seeds."""
+    return expand(
+        f"{R}/train/es/{MODEL}/sudoku/h{{horizon}}_g{{population}}_s{{seed}}",
+        horizon=HORIZONS, population=POPULATIONS, seed=SEEDS,
+    )
+
+
+def all_evaluations():
+    base = expand(f"{R}/eval/{MODEL}/base/h{{eval_horizon}}.json", eval_horizon=HORIZONS)
+    es = expand(
+        f"{R}/eval/{MODEL}/es/h{{horizon}}_g{{population}}_s{{seed}}/h{{eval_horizon}}.json",
+        horizon=HORIZONS, population=POPULATIONS, seed=SEEDS, eval_horizon=HORIZONS,
+    )
+    return base + es

@@ -1,0 +1,46 @@
+# Stage 3: held-out evaluation of the base and every trained model at every H*.
+
+
+# The base model at one horizon.
+rule evaluate_base:
+    input:
+        config=CONFIGFILE,
+        model=rules.build_model.output.model,
+        code=code("eval", "agent", "envs/sudoku.py", "models/load.py", "cli/evaluate.py"),
+    output:
+        summary=f"{R}/eval/{MODEL}/base/h{{eval_horizon}}.json",
+    params:
+        evaluate=config["evaluate"],
+        sudoku=config["sudoku"],
+        agent=config["agent"],
+        meta=lambda wc: json.dumps({"method": "base"}).replace('"', '\\"'),
+    log:
+        f"{LOGS}/evaluate_base/h{{eval_horizon}}.log",
+    threads: config["threads"]
+    shell:
+        "esopt evaluate --config {input.config} --model {input.model} --benchmark sudoku "
+        '--horizon {wildcards.eval_horizon} --out {output.summary} --meta "{params.meta}" '
+        "--rule {rule} > {log} 2>&1"
+
+
+# An ES-trained model (trained at H*=horizon) evaluated at H*=eval_horizon.
+rule evaluate_es:
+    input:
+        config=CONFIGFILE,
+        model=rules.train_es.output.model,
+        code=code("eval", "agent", "envs/sudoku.py", "models/load.py", "cli/evaluate.py"),
+    output:
+        summary=f"{R}/eval/{MODEL}/es/h{{horizon}}_g{{population}}_s{{seed}}/h{{eval_horizon}}.json",
+    params:
+        evaluate=config["evaluate"],
+        sudoku=config["sudoku"],
+        agent=config["agent"],
+        meta=lambda wc: json.dumps({"method": "esopt", "train_horizon": int(wc.horizon),
+                                    "population": int(wc.population), "seed": int(wc.seed)}).replace('"', '\\"'),
+    log:
+        f"{LOGS}/evaluate_es/h{{horizon}}_g{{population}}_s{{seed}}_e{{eval_horizon}}.log",
+    threads: config["threads"]
+    shell:
+        "esopt evaluate --config {input.config} --model {input.model} --benchmark sudoku "
+        '--horizon {wildcards.eval_horizon} --out {output.summary} --meta "{params.meta}" '
+        "--rule {rule} > {log} 2>&1"

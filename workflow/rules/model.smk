@@ -1,0 +1,20 @@
+# Stage 1: the base model every other rule loads with from_pretrained.
+
+
+# Build the tiny model (tokenizer + warm start) or fetch/stage the hub model.
+rule build_model:
+    input:
+        config=CONFIGFILE,
+        code=code("models", "envs/sudoku.py", "agent/rollout.py", "cli/build_model.py"),
+    output:
+        model=directory(f"{R}/models/{MODEL}"),
+    params:
+        model=config["model"],
+        sudoku=config["sudoku"],
+        agent=config["agent"],
+    log:
+        f"{LOGS}/build_model/{MODEL}.log",
+    threads: config["threads"]
+    shell:
+        "esopt build-model --config {input.config} --out {output.model} "
+        "--rule {rule} > {log} 2>&1"

@@ -1,0 +1,27 @@
+# Stage 2: Agentic ESOpt training over the grid of horizons, population sizes and seeds.
+
+
+# One ES run: the history is replayable, the model is saved with save_pretrained.
+rule train_es:
+    input:
+        config=CONFIGFILE,
+        model=rules.build_model.output.model,
+        code=code("es", "eval", "agent", "envs/sudoku.py", "models/load.py", "cli/train_es.py"),
+    output:
+        model=directory(f"{R}/train/es/{MODEL}/sudoku/h{{horizon}}_g{{population}}_s{{seed}}/model"),
+        history=f"{R}/train/es/{MODEL}/sudoku/h{{horizon}}_g{{population}}_s{{seed}}/history.json",
+        metrics=f"{R}/train/es/{MODEL}/sudoku/h{{horizon}}_g{{population}}_s{{seed}}/metrics.jsonl",
+        provenance=f"{R}/train/es/{MODEL}/sudoku/h{{horizon}}_g{{population}}_s{{seed}}/provenance.json",
+    params:
+        es=config["es"],
+        sudoku=config["sudoku"],
+        agent=config["agent"],
+        out=lambda wc, output: str(Path(output.history).parent),
+        wildcards=lambda wc: wildcards_json(wc),
+    log:
+        f"{LOGS}/train_es/h{{horizon}}_g{{population}}_s{{seed}}.log",
+    threads: config["threads"]
+    shell:
+        "esopt train-es --config {input.config} --benchmark sudoku --horizon {wildcards.horizon} "
+        "--population {wildcards.population} --seed {wildcards.seed} --model {input.model} "
+        '--out {params.out} --rule {rule} --wildcards "{params.wildcards}" > {log} 2>&1'
