@@ -14,7 +14,8 @@ rule build_model:
         agent=config["agent"],
     log:
         f"{LOGS}/build_model/{MODEL}.log",
-    threads: config["threads"]
+    # A fixed thread count (not --cores) keeps the warm start bit-reproducible.
+    threads: config["model"].get("warmstart", {}).get("threads", config["threads"])
     shell:
         "esopt build-model --config {input.config} --out {output.model} "
         "--rule {rule} > {log} 2>&1"

@@ -103,30 +103,48 @@ def rollout(
     step = batch_size or len(tasks) or 1
     gen_kwargs = sampling.generate_kwargs()
     device = next(model.parameters()).device
+    # Greedy decoding is a function of the prompt: a prompt seen before (a stalled
+    # episode repeating a rejected move, or two episodes in the same state) gets
+    # its earlier reply without another forward pass.
+    replies: dict[str, str] | None = None if sampling.do_sample else {}
     for turn in range(max_turns):
         active = [i for i, tr in enumerate(trajs) if not tr.done]
         if not active:
             break
-        for lo in range(0, len(active), step):
-            idx = active[lo:lo + step]
-            prompts = [
-                tokenizer.apply_chat_template(build_messages(trajs[i], history_turns), tokenize=False, add_generation_prompt=True)
-                for i in idx
-            ]
-            enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        prompts = {
+            i: tokenizer.apply_chat_template(build_messages(trajs[i], history_turns), tokenize=False, add_generation_prompt=True)
+            for i in active
+        }
+        if replies is None:
+            todo = active
+        else:  # one generation per distinct new prompt
+            first = {}
+            for i in active:
+                if prompts[i] not in replies:
+                    first.setdefault(prompts[i], i)
+            todo = list(first.values())
+        actions: dict[int, str] = {}
+        for lo in range(0, len(todo), step):
+            idx = todo[lo:lo + step]
+            enc = tokenizer([prompts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False).to(device)
             if sampling.do_sample:
                 torch.manual_seed(derive_seed("sampling", seed, turn, lo))
             out = model.generate(
                 **enc, **gen_kwargs, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
             )
-            actions = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-            for i, action in zip(idx, actions):
-                obs, reward, done, info = envs[i].step(action)
-                tr = trajs[i]
-                tr.turns.append(Turn(action, obs, float(reward)))
-                tr.reward += float(reward)
-                tr.done = done
-                tr.info = info
+            decoded = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+            for i, action in zip(idx, decoded):
+                actions[i] = action
+                if replies is not None:
+                    replies[prompts[i]] = action
+        for i in active:
+            action = actions[i] if replies is None else replies[prompts[i]]
+            obs, reward, done, info = envs[i].step(action)
+            tr = trajs[i]
+            tr.turns.append(Turn(action, obs, float(reward)))
+            tr.reward += float(reward)
+            tr.done = done
+            tr.info = info
     for tr in trajs:  # the turn budget ran out before the env said done
         tr.done = True
     return trajs

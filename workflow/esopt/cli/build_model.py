@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from esopt.cli.common import add_provenance_args, parse_wildcards, run_main, setup
+from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
 from esopt.io import atomic_path, write_json_atomic
 from esopt.report.provenance import Provenance
 
@@ -56,7 +56,10 @@ def build_tiny(cfg: dict, out: Path) -> dict:
 
 
 def main_fn(args: argparse.Namespace) -> int:
-    cfg = setup(args.config)
+    cfg = setup(args.config, args.threads)
+    ws_threads = cfg["model"].get("warmstart", {}).get("threads")
+    if ws_threads and not args.threads:
+        torch.set_num_threads(ws_threads)  # the warm start's own, fixed thread count
     out = Path(args.out)
     prov = Provenance("build-model", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                       seeds={"warmstart": cfg["model"].get("warmstart", {}).get("seed")}, inputs=[args.config])
@@ -95,6 +98,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="esopt build-model", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True)
     p.add_argument("--out", required=True, help="model directory to create (results/models/NAME)")
+    add_threads_arg(p)
     add_provenance_args(p)
     return p
 

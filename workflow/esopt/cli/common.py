@@ -16,6 +16,10 @@ from esopt.config import ConfigError, load_config
 log = logging.getLogger("esopt")
 
 
+def add_threads_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: the config's `threads`)")
+
+
 def add_provenance_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rule", default=None, help="Snakemake rule name, recorded in provenance.json")
     p.add_argument("--wildcards", default="{}", help="JSON of the rule's wildcards, recorded in provenance.json")

@@ -11,7 +11,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from esopt.cli.common import add_provenance_args, parse_wildcards, run_main, setup
+from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
 from esopt.io import write_json_atomic
 from esopt.report.provenance import Provenance
 
@@ -19,7 +19,7 @@ log = logging.getLogger("esopt.evaluate")
 
 
 def main_fn(args: argparse.Namespace) -> int:
-    cfg = setup(args.config)
+    cfg = setup(args.config, args.threads)
     from esopt.agent.rollout import write_trajectories
     from esopt.eval.episodes import EpisodeSpec, run_episodes, summarize
     from esopt.models.load import load_model_and_tokenizer
@@ -54,6 +54,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="evaluation seed (default: evaluate.seed of the config)")
     p.add_argument("--out", required=True, help="summary FILE.json")
     p.add_argument("--meta", default="{}", help="JSON copied into the summary (method, train_horizon, population, seed)")
+    add_threads_arg(p)
     add_provenance_args(p)
     return p
 

@@ -17,7 +17,7 @@ import shutil
 import statistics
 from pathlib import Path
 
-from esopt.cli.common import add_provenance_args, parse_wildcards, run_main, setup
+from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
 from esopt.io import atomic_path, write_json_atomic, write_text_atomic
 from esopt.report.provenance import Provenance
 
@@ -49,7 +49,7 @@ def metrics_line(rec) -> dict:
 
 
 def main_fn(args: argparse.Namespace) -> int:
-    cfg = setup(args.config)
+    cfg = setup(args.config, args.threads)
     if args.benchmark not in BENCHMARKS:
         raise ValueError(f"--benchmark {args.benchmark!r}: expected one of {BENCHMARKS}")
     if args.horizon not in cfg["sudoku"]["horizons"]:
@@ -123,6 +123,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--model", required=True, help="base model directory (from `esopt build-model`)")
     p.add_argument("--out", required=True, help="training directory to create")
+    add_threads_arg(p)
     add_provenance_args(p)
     return p
 

@@ -237,16 +237,21 @@ def parse_action(text: str) -> tuple[int, int, int] | None:
 
 def expert_action(board: str, size: int, solution: str, order: str = "fewest") -> str:
     """Demonstrator: fill a blank with its solution digit. order="fewest": the most
-    constrained blank (row-major on ties); "first": the first blank in row-major order."""
+    constrained blank (row-major on ties); "row": a blank of the row with the fewest
+    blanks (then fewest candidates), so a lone blank is completed from its own row;
+    "first": the first blank in row-major order."""
     cands = _candidates(board, size)
     if not cands:
         raise ValueError("board has no blank cell")
     if order == "fewest":
         i = min(cands, key=lambda i: (cands[i].bit_count(), i))
+    elif order == "row":
+        row_blanks = [board[r * size:(r + 1) * size].count(".") for r in range(size)]
+        i = min(cands, key=lambda i: (row_blanks[i // size], cands[i].bit_count(), i))
     elif order == "first":
         i = min(cands)
     else:
-        raise ValueError(f"order {order!r}: expected 'fewest' or 'first'")
+        raise ValueError(f"order {order!r}: expected 'fewest', 'row' or 'first'")
     r, c = divmod(i, size)
     return f"r{r + 1}c{c + 1}={solution[i]}"
 
@@ -343,7 +348,8 @@ class SudokuEnv:
             "blanks_left": self._board.count("."),
             "feedback": feedback,
         }
-        return feedback + "\n" + render(self._board, self._task.size), reward, self._done, info
+        # Board first: every cell keeps the same position in every observation.
+        return render(self._board, self._task.size) + "\n" + feedback, reward, self._done, info
 
 
 def instructions(size: int, style: str = "full") -> str:

@@ -25,6 +25,9 @@ def tiny_config(spec: dict[str, Any], tokenizer) -> Qwen3_5TextConfig:
         linear_key_head_dim=spec.get("linear_key_head_dim", 32),
         linear_value_head_dim=spec.get("linear_value_head_dim", 32),
         max_position_embeddings=spec.get("max_position_embeddings", 2048),
+        # Qwen3.5 rotates a quarter of each head; a tiny head has few dims to spare.
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                         "partial_rotary_factor": spec.get("partial_rotary_factor", 0.25)},
         tie_word_embeddings=spec.get("tie_word_embeddings", True),
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
