@@ -29,6 +29,11 @@ POPULATIONS = config["es"]["populations"]
 SEEDS = config["es"]["seeds"]
 LOGS = f"{R}/logs"
 
+# What a single job depends on: the grid lists (horizons, populations, seeds) are
+# wildcards, so extending the grid does not rerun the jobs already done.
+SUDOKU = {k: v for k, v in config["sudoku"].items() if k != "horizons"}
+ES = {k: v for k, v in config["es"].items() if k not in ("populations", "seeds")}
+
 wildcard_constraints:
     horizon=r"\d+",
     eval_horizon=r"\d+",

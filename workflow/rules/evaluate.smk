@@ -11,12 +11,14 @@ rule evaluate_base:
         summary=f"{R}/eval/{MODEL}/base/h{{eval_horizon}}.json",
     params:
         evaluate=config["evaluate"],
-        sudoku=config["sudoku"],
+        sudoku=SUDOKU,
         agent=config["agent"],
         meta=lambda wc: json.dumps({"method": "base"}).replace('"', '\\"'),
     log:
         f"{LOGS}/evaluate_base/h{{eval_horizon}}.log",
     threads: config["threads"]
+    conda:
+        "../../envs/esopt.yaml"
     shell:
         "esopt evaluate --config {input.config} --model {input.model} --benchmark sudoku "
         '--horizon {wildcards.eval_horizon} --out {output.summary} --meta "{params.meta}" '
@@ -33,13 +35,15 @@ rule evaluate_es:
         summary=f"{R}/eval/{MODEL}/es/h{{horizon}}_g{{population}}_s{{seed}}/h{{eval_horizon}}.json",
     params:
         evaluate=config["evaluate"],
-        sudoku=config["sudoku"],
+        sudoku=SUDOKU,
         agent=config["agent"],
         meta=lambda wc: json.dumps({"method": "esopt", "train_horizon": int(wc.horizon),
                                     "population": int(wc.population), "seed": int(wc.seed)}).replace('"', '\\"'),
     log:
         f"{LOGS}/evaluate_es/h{{horizon}}_g{{population}}_s{{seed}}_e{{eval_horizon}}.log",
     threads: config["threads"]
+    conda:
+        "../../envs/esopt.yaml"
     shell:
         "esopt evaluate --config {input.config} --model {input.model} --benchmark sudoku "
         '--horizon {wildcards.eval_horizon} --out {output.summary} --meta "{params.meta}" '

@@ -10,12 +10,14 @@ rule build_model:
         model=directory(f"{R}/models/{MODEL}"),
     params:
         model=config["model"],
-        sudoku=config["sudoku"],
+        sudoku=SUDOKU,
         agent=config["agent"],
     log:
         f"{LOGS}/build_model/{MODEL}.log",
     # A fixed thread count (not --cores) keeps the warm start bit-reproducible.
     threads: config["model"].get("warmstart", {}).get("threads", config["threads"])
+    conda:
+        "../../envs/esopt.yaml"
     shell:
         "esopt build-model --config {input.config} --out {output.model} "
         "--rule {rule} > {log} 2>&1"

@@ -18,6 +18,8 @@ rule report_sudoku:
         title=f"{config['name']}: {MODEL}, {config['sudoku']['size']}x{config['sudoku']['size']} Sudoku",
     log:
         f"{LOGS}/report_sudoku.log",
+    conda:
+        "../../envs/esopt.yaml"
     shell:
         "esopt report-sudoku {input.evals} --table {output.table} --summary {output.summary} "
         "--figure {output.figure} --title '{params.title}' > {log} 2>&1"

@@ -13,14 +13,16 @@ rule train_es:
         metrics=f"{R}/train/es/{MODEL}/sudoku/h{{horizon}}_g{{population}}_s{{seed}}/metrics.jsonl",
         provenance=f"{R}/train/es/{MODEL}/sudoku/h{{horizon}}_g{{population}}_s{{seed}}/provenance.json",
     params:
-        es=config["es"],
-        sudoku=config["sudoku"],
+        es=ES,
+        sudoku=SUDOKU,
         agent=config["agent"],
         out=lambda wc, output: str(Path(output.history).parent),
         wildcards=lambda wc: wildcards_json(wc),
     log:
         f"{LOGS}/train_es/h{{horizon}}_g{{population}}_s{{seed}}.log",
     threads: config["threads"]
+    conda:
+        "../../envs/esopt.yaml"
     shell:
         "esopt train-es --config {input.config} --benchmark sudoku --horizon {wildcards.horizon} "
         "--population {wildcards.population} --seed {wildcards.seed} --model {input.model} "
