@@ -21,6 +21,7 @@ def workdir(tmp_path_factory):
     wd = tmp_path_factory.mktemp("wf")
     shutil.copy(ROOT / "Snakefile", wd)
     shutil.copytree(ROOT / "config", wd / "config")
+    shutil.copytree(ROOT / "envs", wd / "envs")
     shutil.copytree(ROOT / "workflow", wd / "workflow", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     return wd
 
