@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 from esopt.cli.common import run_main, setup
 from esopt.io import atomic_path

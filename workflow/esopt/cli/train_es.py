@@ -18,7 +18,7 @@ import statistics
 from pathlib import Path
 
 from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
-from esopt.io import atomic_path, write_json_atomic, write_text_atomic
+from esopt.io import atomic_path, write_text_atomic
 from esopt.report.provenance import Provenance
 
 log = logging.getLogger("esopt.train_es")

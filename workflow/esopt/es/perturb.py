@@ -11,15 +11,12 @@ model, not a copy. Revert recomputes θ' − δ and writes the fix-ups back.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
 from esopt.es.noise import CHUNK, noise_chunks
-
-log = logging.getLogger(__name__)
 
 _SAME_SIZE_INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
