@@ -123,7 +123,7 @@ def rollout(
                 if prompts[i] not in replies:
                     first.setdefault(prompts[i], i)
             todo = list(first.values())
-        actions: dict[int, str] = {}
+        actions: dict[int, str] = {}  # sampled replies of this turn (greedy ones live in `replies`)
         for lo in range(0, len(todo), step):
             idx = todo[lo:lo + step]
             enc = tokenizer([prompts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False).to(device)
@@ -134,8 +134,9 @@ def rollout(
             )
             decoded = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
             for i, action in zip(idx, decoded):
-                actions[i] = action
-                if replies is not None:
+                if replies is None:
+                    actions[i] = action
+                else:
                     replies[prompts[i]] = action
         for i in active:
             action = actions[i] if replies is None else replies[prompts[i]]
