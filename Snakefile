@@ -12,6 +12,7 @@ configfile: "config/tiny.yaml"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/model.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/baselines.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 
@@ -20,3 +21,5 @@ rule all:
     default_target: True
     input:
         rules.report_sudoku.output,
+        rules.report_methods.output,
+        rules.report_memory.output if MEMORY_METHODS else [],

@@ -47,8 +47,11 @@ def planned_jobs(res) -> dict[str, int]:
 
 def test_dry_run_plans_the_grid(workdir):
     jobs = planned_jobs(smk(workdir, "-n"))
-    # smoke grid: 2 horizons x 1 population x 1 seed; evaluations at every horizon
-    assert jobs == {"all": 1, "build_model": 1, "evaluate_base": 2, "evaluate_es": 4, "report_sudoku": 1, "train_es": 2, "total": 11}
+    # smoke grid: 2 horizons x 1 population x 1 seed, ES evaluated at every horizon;
+    # GRPO and PPO at 2 horizons x 1 seed, evaluated at their own; 4 memory probes
+    assert jobs == {"all": 1, "build_model": 1, "evaluate_base": 2, "evaluate_es": 4, "report_sudoku": 1, "train_es": 2,
+                    "train_rl": 4, "evaluate_rl": 4, "build_probe_model": 1, "memory": 4, "report_memory": 1,
+                    "report_methods": 1, "total": 26}
 
 
 def test_pipeline_runs_then_has_nothing_to_do(workdir):
@@ -58,14 +61,35 @@ def test_pipeline_runs_then_has_nothing_to_do(workdir):
     assert (workdir / "results/figures/sudoku_horizon.png").stat().st_size > 10_000
     summary = pd.read_csv(workdir / "results/tables/sudoku_es_summary.csv")
     assert {"gain", "gain_se", "base_success", "success_mean"} <= set(summary.columns)
+    methods = pd.read_csv(workdir / "results/tables/sudoku_methods.csv")
+    assert set(methods.method) == {"base", "esopt", "grpo", "ppo"} and len(methods) == 8
+    rl = methods[methods.method.isin(["grpo", "ppo"])]
+    assert (rl.steps == 2).all() and (rl.episodes == 8).all() and (rl.train_tokens > 0).all()
+    memory = pd.read_csv(workdir / "results/tables/memory.csv")
+    assert list(memory.method) == ["inference", "es", "grpo", "ppo"] and (memory.peak_bytes > memory.model_state_bytes).all()
+    assert (workdir / "results/figures/horizon_crossover.png").stat().st_size > 10_000
     assert "Nothing to be done" in (r := smk(workdir, "-n")).stdout + r.stderr
 
 
 def test_editing_a_module_reruns_only_the_rules_that_use_it(workdir):
     smk(workdir)  # up to date (no-op when the previous test ran)
     edit = lambda path: path.write_text(path.read_text() + "\n# an edit\n")  # Snakemake compares checksums, not only mtimes
-    edit(workdir / "workflow/esopt/report/sudoku.py")
-    assert planned_jobs(smk(workdir, "-n")) == {"all": 1, "report_sudoku": 1, "total": 2}
+    edit(workdir / "workflow/esopt/report/sudoku.py")  # the methods and memory reports build on it
+    assert planned_jobs(smk(workdir, "-n")) == {"all": 1, "report_sudoku": 1, "report_methods": 1, "report_memory": 1, "total": 4}
+    edit(workdir / "workflow/esopt/rl/losses.py")
+    assert planned_jobs(smk(workdir, "-n")) == {
+        "all": 1, "train_rl": 4, "evaluate_rl": 4, "memory": 4, "report_sudoku": 1, "report_methods": 1,
+        "report_memory": 1, "total": 16}
+    smk(workdir)
     edit(workdir / "workflow/esopt/es/perturb.py")
     jobs = planned_jobs(smk(workdir, "-n"))
-    assert jobs == {"all": 1, "evaluate_es": 4, "report_sudoku": 1, "train_es": 2, "total": 8}
+    assert jobs == {"all": 1, "evaluate_es": 4, "report_sudoku": 1, "train_es": 2, "memory": 4, "report_methods": 1,
+                    "report_memory": 1, "total": 14}
+
+
+def test_a_config_edit_reruns_only_the_rules_whose_section_changed(workdir):
+    smk(workdir)
+    cfg = workdir / "config/smoke.yaml"
+    cfg.write_text(cfg.read_text().replace("  lr: 1.0e-4\n", "  lr: 2.0e-4\n"))  # rl.lr
+    assert planned_jobs(smk(workdir, "-n")) == {
+        "all": 1, "train_rl": 4, "evaluate_rl": 4, "memory": 4, "report_methods": 1, "report_memory": 1, "total": 15}

@@ -71,3 +71,39 @@ def all_evaluations():
         horizon=HORIZONS, population=POPULATIONS, seed=SEEDS, eval_horizon=HORIZONS,
     )
     return base + es
+
+
+# ---- Agentic GRPO / PPO baselines (config `rl`) and memory (config `memory`) ----
+RL = config.get("rl") or {}
+RL_METHODS = RL.get("methods", [])
+RL_SEEDS = RL.get("seeds", [])
+RL_PARAMS = {k: v for k, v in RL.items() if k not in ("methods", "seeds")}
+# method -> `esopt train-rl` options
+RL_ALGO = {"grpo": "--algo grpo", "grpo_t1": "--algo grpo --sampling t1", "ppo": "--algo ppo"}
+MEMORY = config.get("memory") or {}
+MEMORY_METHODS = MEMORY.get("methods", [])
+PROBE = f"{MODEL}-probe" if MEMORY.get("probe") else MODEL
+
+wildcard_constraints:
+    method="|".join(RL_ALGO),
+    mem_method="inference|es|grpo|ppo",
+
+
+def rl_evaluations():
+    """RL models evaluated at the horizon they were trained at."""
+    return expand(
+        f"{R}/eval/{MODEL}/{{method}}/h{{horizon}}_s{{seed}}/h{{horizon}}.json",
+        method=RL_METHODS, horizon=HORIZONS, seed=RL_SEEDS,
+    )
+
+
+def training_budgets():
+    es = expand(f"{R}/train/es/{MODEL}/sudoku/h{{horizon}}_g{{population}}_s{{seed}}/budget.json",
+                horizon=HORIZONS, population=max(POPULATIONS), seed=SEEDS)
+    rl = expand(f"{R}/train/{{method}}/{MODEL}/sudoku/h{{horizon}}_s{{seed}}/budget.json",
+                method=RL_METHODS, horizon=HORIZONS, seed=RL_SEEDS)
+    return es + rl
+
+
+def reference_json():
+    return json.dumps(config.get("reference") or {}).replace('"', '\\"')

@@ -4,9 +4,9 @@
 # The base model at one horizon.
 rule evaluate_base:
     input:
-        config=CONFIGFILE,
+        config=ancient(CONFIGFILE),  # reruns follow the config sections in params
         model=rules.build_model.output.model,
-        code=code("eval", "agent", "envs/sudoku.py", "models/load.py", "cli/evaluate.py"),
+        code=code("eval/episodes.py", "agent/rollout.py", "envs/sudoku.py", "models/load.py", "cli/evaluate.py"),
     output:
         summary=f"{R}/eval/{MODEL}/base/h{{eval_horizon}}.json",
     params:
@@ -28,9 +28,9 @@ rule evaluate_base:
 # An ES-trained model (trained at H*=horizon) evaluated at H*=eval_horizon.
 rule evaluate_es:
     input:
-        config=CONFIGFILE,
+        config=ancient(CONFIGFILE),  # reruns follow the config sections in params
         model=rules.train_es.output.model,
-        code=code("eval", "agent", "envs/sudoku.py", "models/load.py", "cli/evaluate.py"),
+        code=code("eval/episodes.py", "agent/rollout.py", "envs/sudoku.py", "models/load.py", "cli/evaluate.py"),
     output:
         summary=f"{R}/eval/{MODEL}/es/h{{horizon}}_g{{population}}_s{{seed}}/h{{eval_horizon}}.json",
     params:
@@ -47,4 +47,29 @@ rule evaluate_es:
     shell:
         "esopt evaluate --config {input.config} --model {input.model} --benchmark sudoku "
         '--horizon {wildcards.eval_horizon} --out {output.summary} --meta "{params.meta}" '
+        "--rule {rule} > {log} 2>&1"
+
+
+# An RL-trained model (Agentic GRPO / PPO) at the horizon it was trained at.
+rule evaluate_rl:
+    input:
+        config=ancient(CONFIGFILE),  # reruns follow the config sections in params
+        model=rules.train_rl.output.model,
+        code=code("eval/episodes.py", "agent/rollout.py", "envs/sudoku.py", "models/load.py", "cli/evaluate.py"),
+    output:
+        summary=f"{R}/eval/{MODEL}/{{method}}/h{{horizon}}_s{{seed}}/h{{horizon}}.json",
+    params:
+        evaluate=config["evaluate"],
+        sudoku=SUDOKU,
+        agent=config["agent"],
+        meta=lambda wc: json.dumps({"method": wc.method, "train_horizon": int(wc.horizon),
+                                    "seed": int(wc.seed)}).replace('"', '\\"'),
+    log:
+        f"{LOGS}/evaluate_rl/{{method}}_h{{horizon}}_s{{seed}}.log",
+    threads: config["threads"]
+    conda:
+        "../../envs/esopt.yaml"
+    shell:
+        "esopt evaluate --config {input.config} --model {input.model} --benchmark sudoku "
+        '--horizon {wildcards.horizon} --out {output.summary} --meta "{params.meta}" '
         "--rule {rule} > {log} 2>&1"

@@ -4,7 +4,7 @@
 # Build the tiny model (tokenizer + warm start) or fetch/stage the hub model.
 rule build_model:
     input:
-        config=CONFIGFILE,
+        config=ancient(CONFIGFILE),  # reruns follow the config sections in params
         code=code("models", "envs/sudoku.py", "agent/rollout.py", "cli/build_model.py"),
     output:
         model=directory(f"{R}/models/{MODEL}"),

@@ -4,13 +4,14 @@
 # One ES run: the history is replayable, the model is saved with save_pretrained.
 rule train_es:
     input:
-        config=CONFIGFILE,
+        config=ancient(CONFIGFILE),  # reruns follow the config sections in params
         model=rules.build_model.output.model,
-        code=code("es", "eval", "agent", "envs/sudoku.py", "models/load.py", "cli/train_es.py"),
+        code=code("es", "eval/episodes.py", "agent/rollout.py", "envs/sudoku.py", "models/load.py", "cli/train_es.py"),
     output:
         model=directory(f"{R}/train/es/{MODEL}/sudoku/h{{horizon}}_g{{population}}_s{{seed}}/model"),
         history=f"{R}/train/es/{MODEL}/sudoku/h{{horizon}}_g{{population}}_s{{seed}}/history.json",
         metrics=f"{R}/train/es/{MODEL}/sudoku/h{{horizon}}_g{{population}}_s{{seed}}/metrics.jsonl",
+        budget=f"{R}/train/es/{MODEL}/sudoku/h{{horizon}}_g{{population}}_s{{seed}}/budget.json",
         provenance=f"{R}/train/es/{MODEL}/sudoku/h{{horizon}}_g{{population}}_s{{seed}}/provenance.json",
     params:
         es=ES,

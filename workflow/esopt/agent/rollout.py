@@ -91,12 +91,16 @@ def rollout(
     history_turns: int | None = 0,
     batch_size: int | None = None,
     task_id: Callable[[Any], str] = lambda t: getattr(t, "id", str(t)),
+    counters: dict[str, int] | None = None,
 ) -> list[Trajectory]:
     """Run one episode per task with the model as it is now; returns trajectories in task order.
 
     `seed` fixes the sampling noise (the same seed for every ES member gives common
     random numbers); `batch_size` bounds how many episodes share one generate call.
+    `counters` (if given) accumulates generate_calls, prompt_tokens and
+    generated_tokens actually run through the model (cached replies cost nothing).
     """
+    counters = counters if counters is not None else {}
     model.eval()
     envs = [make_env() for _ in tasks]
     trajs = [Trajectory(task_id(t), system, env.reset(t)) for env, t in zip(envs, tasks)]
@@ -132,7 +136,11 @@ def rollout(
             out = model.generate(
                 **enc, **gen_kwargs, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
             )
-            decoded = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+            new = out[:, enc["input_ids"].shape[1]:]
+            decoded = tokenizer.batch_decode(new, skip_special_tokens=True)
+            counters["generate_calls"] = counters.get("generate_calls", 0) + 1
+            counters["prompt_tokens"] = counters.get("prompt_tokens", 0) + int(enc["attention_mask"].sum())
+            counters["generated_tokens"] = counters.get("generated_tokens", 0) + _generated_tokens(new, tokenizer.eos_token_id)
             for i, action in zip(idx, decoded):
                 if replies is None:
                     actions[i] = action
@@ -149,6 +157,13 @@ def rollout(
     for tr in trajs:  # the turn budget ran out before the env said done
         tr.done = True
     return trajs
+
+
+def _generated_tokens(new: torch.Tensor, eos_id: int) -> int:
+    """Tokens up to and including the first EOS of each row (the rest is padding)."""
+    is_eos = new == eos_id
+    first = torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, torch.full_like(is_eos[:, 0], new.shape[1], dtype=torch.long))
+    return int(first.sum())
 
 
 def write_trajectories(path: str | os.PathLike, trajs: Sequence[Trajectory], **extra: Any) -> None:

@@ -55,8 +55,42 @@ def build_tiny(cfg: dict, out: Path) -> dict:
     return stats
 
 
+def build_probe(cfg: dict, tokenizer_dir: Path, out: Path) -> dict:
+    """The memory-probe model: memory.probe's architecture, random weights, the base
+    model's tokenizer. Large enough that memory ratios are not interpreter overhead."""
+    from transformers import AutoTokenizer
+
+    from esopt.models.load import load_model_and_tokenizer
+    from esopt.models.tiny import build_tiny_model
+
+    spec = cfg["memory"]["probe"]
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    model = build_tiny_model(spec, tok, seed=spec.get("seed", 0)).to(getattr(torch, cfg["model"]["dtype"]))
+    with atomic_path(out) as tmp:
+        tmp.unlink()
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        load_model_and_tokenizer(tmp)
+    n = sum(p.numel() for p in model.parameters())
+    log.info("memory probe: %d parameters", n)
+    return {"parameters": n, "probe": spec}
+
+
 def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config, args.threads)
+    if args.probe:
+        if not (cfg.get("memory") or {}).get("probe"):
+            raise ValueError(f"{args.config} has no memory.probe block to build a probe model from")
+        if not args.tokenizer:
+            raise ValueError("--probe needs --tokenizer DIR (the base model directory)")
+        out = Path(args.out)
+        prov = Provenance("build-model", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
+                          seeds={"probe": cfg["memory"]["probe"].get("seed", 0)}, inputs=[args.config, args.tokenizer])
+        if out.exists():
+            shutil.rmtree(out)
+        extra = build_probe(cfg, Path(args.tokenizer), out)
+        prov.write(out / "provenance.json", outputs=[out], extra={"model": extra})
+        return 0
     ws_threads = cfg["model"].get("warmstart", {}).get("threads")
     if ws_threads and not args.threads:
         torch.set_num_threads(ws_threads)  # the warm start's own, fixed thread count
@@ -98,6 +132,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="esopt build-model", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True)
     p.add_argument("--out", required=True, help="model directory to create (results/models/NAME)")
+    p.add_argument("--probe", action="store_true", help="build the memory-probe model of the config's memory block instead")
+    p.add_argument("--tokenizer", default=None, help="with --probe: directory whose tokenizer the probe uses")
     add_threads_arg(p)
     add_provenance_args(p)
     return p

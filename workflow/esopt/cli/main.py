@@ -8,9 +8,13 @@ import sys
 COMMANDS = {
     "build-model": "esopt.cli.build_model",
     "train-es": "esopt.cli.train_es",
+    "train-rl": "esopt.cli.train_rl",
     "evaluate": "esopt.cli.evaluate",
     "replay": "esopt.cli.replay",
     "report-sudoku": "esopt.cli.report_sudoku",
+    "report-methods": "esopt.cli.report_methods",
+    "memory": "esopt.cli.memory",
+    "report-memory": "esopt.cli.report_memory",
 }
 
 

@@ -3,6 +3,7 @@
 DIR/model/          trained weights (save_pretrained) + tokenizer
 DIR/history.json    seeds, raw rewards, σ, α, normalization per generation (replayable)
 DIR/metrics.jsonl   one line per generation
+DIR/budget.json     what the run used: episodes, tokens, FLOPs, wall clock
 DIR/trajectories/   sampled episodes (member 0) of the first, every 10th and last generation
 DIR/provenance.json
 A killed run leaves its progress in DIR/.resume/ and continues from there when rerun.
@@ -18,7 +19,7 @@ import statistics
 from pathlib import Path
 
 from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
-from esopt.io import atomic_path, write_text_atomic
+from esopt.io import atomic_path, write_json_atomic, write_text_atomic
 from esopt.report.provenance import Provenance
 
 log = logging.getLogger("esopt.train_es")
@@ -45,6 +46,23 @@ def metrics_line(rec) -> dict:
         "success_rate": statistics.fmean(succ),
         "mean_turns": statistics.fmean(i["mean_turns"] for i in rec.member_info),
         "updated": rec.updated, "wall_s": rec.wall_s,
+    }
+
+
+def es_budget(history, params: int, population: int, n_tasks: int, horizon: int, seed: int) -> dict:
+    """What the run used, from its history: episodes, tokens, model FLOPs (2N per token
+    processed, forward only; the perturbation and update are O(N) per member, not per
+    token, and left out), wall clock."""
+    gens = history.generations
+    tokens = {k: sum(i.get(k, 0) for g in gens for i in g.member_info) for k in ("generated_tokens", "rollout_tokens")}
+    wall = sum(g.wall_s for g in gens)
+    flops = 2.0 * params * tokens["rollout_tokens"]
+    n = max(len(gens), 1)
+    return {
+        "method": "esopt", "algo": "es", "horizon": horizon, "seed": seed, "population": population,
+        "planned": {"steps": history.run["es"]["generations"], "episodes_per_step": population * n_tasks},
+        "steps": len(gens), "episodes": sum(len(g.rewards) for g in gens) * n_tasks, **tokens, "train_tokens": 0,
+        "flops": flops, "flops_per_step": flops / n, "wall_s": wall, "wall_s_per_step": wall / n, "params": params,
     }
 
 
@@ -75,12 +93,15 @@ def main_fn(args: argparse.Namespace) -> int:
 
     def fitness(member):
         # Every member sees the same task batch and the same sampling seed (common random numbers).
-        trajs = run_episodes(model, tok, spec, n_tasks, seed=member.task_seed, split="train")
+        counters: dict[str, int] = {}
+        trajs = run_episodes(model, tok, spec, n_tasks, seed=member.task_seed, split="train", counters=counters)
         if member.index == 0 and member.generation in keep:
             write_trajectories(traj_dir / f"gen{member.generation:04d}.jsonl", trajs,
                                generation=member.generation, member=0, sigma=member.sigma)
         s = summarize(trajs)
-        return s["mean_reward"], {"success": s["success"], "mean_turns": s["mean_turns"]}
+        return s["mean_reward"], {"success": s["success"], "mean_turns": s["mean_turns"],
+                                  "generated_tokens": counters.get("generated_tokens", 0),
+                                  "rollout_tokens": counters.get("prompt_tokens", 0) + counters.get("generated_tokens", 0)}
 
     def on_generation(rec):
         m = metrics_line(rec)
@@ -106,8 +127,10 @@ def main_fn(args: argparse.Namespace) -> int:
         shutil.rmtree(out / "trajectories")
     shutil.copytree(traj_dir, out / "trajectories")
     write_text_atomic(out / "metrics.jsonl", "".join(json.dumps(metrics_line(r)) + "\n" for r in history.generations))
+    budget = es_budget(history, sum(p.numel() for p in model.parameters()), args.population, n_tasks, args.horizon, args.seed)
+    write_json_atomic(out / "budget.json", budget)
     history.save(out / "history.json")
-    prov.write(out / "provenance.json", outputs=[out / "model", out / "history.json", out / "metrics.jsonl"],
+    prov.write(out / "provenance.json", outputs=[out / "model", out / "history.json", out / "metrics.jsonl", out / "budget.json"],
                extra={"base_weights_sha256": base_hash, "final_weights_sha256": history.final["weights_sha256"]})
     shutil.rmtree(resume_dir)
     log.info("done: %s", out)

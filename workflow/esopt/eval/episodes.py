@@ -37,13 +37,15 @@ class EpisodeSpec:
         )
 
 
-def run_episodes(model, tokenizer, spec: EpisodeSpec, n: int, seed: int, split: str) -> list[Trajectory]:
-    """n puzzles of the split drawn from `seed`, one episode each; `seed` also fixes sampling."""
+def run_episodes(model, tokenizer, spec: EpisodeSpec, n: int, seed: int, split: str,
+                 counters: dict[str, int] | None = None) -> list[Trajectory]:
+    """n puzzles of the split drawn from `seed`, one episode each; `seed` also fixes sampling.
+    `counters` accumulates the tokens run through the model (see agent.rollout.rollout)."""
     tasks = generate_puzzles(spec.size, spec.horizon, n, seed=seed, split=split)
     return rollout(
         model, tokenizer, lambda: SudokuEnv(spec.max_turns, spec.reward), tasks,
         system=instructions(spec.size, spec.prompt), sampling=spec.sampling, seed=seed, max_turns=spec.max_turns,
-        history_turns=spec.history_turns, batch_size=spec.batch_size,
+        history_turns=spec.history_turns, batch_size=spec.batch_size, counters=counters,
     )
 
 

@@ -1,0 +1,151 @@
+"""esopt memory: peak memory of one real training step, measured in a fresh process.
+
+--method inference  one rollout batch (memory.episodes Sudoku episodes), as an ES member runs it
+--method es         one ES generation: memory.population members on that batch, then the update
+--method grpo|ppo   one Agentic GRPO / PPO step on the same number of episodes, in rl.dtype
+
+Reported: model-state bytes (parameters and buffers of every model the method
+holds: policy, critic, reference) and the peak above the level reached after
+imports and model load (CUDA: max_memory_allocated; CPU: resident-memory
+high-water mark), so ratios between methods are not drowned by the interpreter.
+Writes FILE.json and FILE.provenance.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import time
+from pathlib import Path
+
+import torch
+
+from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
+from esopt.io import write_json_atomic
+from esopt.report.provenance import Provenance
+
+log = logging.getLogger("esopt.memory")
+
+METHODS = ("inference", "es", "grpo", "ppo")
+
+
+def step_config(cfg: dict) -> dict:
+    """The config of the measured step: memory.* sizes over the training settings."""
+    m = cfg["memory"]
+    c = copy.deepcopy(cfg)
+    c["sudoku"]["max_turns"] = m["max_turns"]
+    if "rl" in c:
+        group = min(c["rl"]["grpo"]["group_size"], m["episodes"])
+        c["rl"]["grpo"].update(tasks_per_step=max(1, m["episodes"] // group), group_size=group)
+        c["rl"]["ppo"]["tasks_per_step"] = m["episodes"]
+        c["rl"]["steps"] = 1
+    return c
+
+
+def main_fn(args: argparse.Namespace) -> int:
+    cfg = setup(args.config, args.threads)
+    if args.method not in METHODS:
+        raise ValueError(f"--method {args.method!r}: expected one of {METHODS}")
+    if "memory" not in cfg:
+        raise ValueError(f"{args.config} has no `memory` block")
+    if args.method in ("grpo", "ppo") and "rl" not in cfg:
+        raise ValueError(f"{args.config} has no `rl` block for --method {args.method}")
+    # Every import happens before the baseline is taken.
+    from esopt.agent.rollout import Sampling
+    from esopt.es import ESConfig, ESTrainer, SigmaSchedule
+    from esopt.eval.episodes import EpisodeSpec, run_episodes, summarize
+    from esopt.eval.memory import PeakMemory, module_state_bytes
+    from esopt.models.load import load_model_and_tokenizer
+    from esopt.rl.critic import build_critic
+    from esopt.rl.trainer import RLTrainer
+    from esopt.cli.train_rl import build_rollout_fn, rl_config
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    scfg = step_config(cfg)
+    m = scfg["memory"]
+    prov = Provenance("memory", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
+                      seeds={"memory": m["seed"]}, inputs=[args.config, args.model])
+    rl = args.method in ("grpo", "ppo")
+    dtype = scfg["rl"]["dtype"] if rl else None
+    model, tok = load_model_and_tokenizer(args.model, dtype=dtype, device=device)
+    spec = EpisodeSpec.from_config(scfg, m["horizon"], scfg["es"]["member_decoding"])
+    breakdown: dict[str, int | float] = {}
+    held = [model]
+
+    if args.method == "inference":
+        def run():
+            return summarize(run_episodes(model, tok, spec, m["episodes"], seed=m["seed"], split="train"))
+    elif args.method == "es":
+        e = scfg["es"]
+        es_cfg = ESConfig(population=m["population"], generations=1, alpha=e["alpha"],
+                          sigma=SigmaSchedule("constant", e["sigma"]["sigma0"], None, 1),
+                          antithetic=e["antithetic"], normalization=e["normalization"], seed=m["seed"])
+
+        def fitness(member):
+            s = summarize(run_episodes(model, tok, spec, m["episodes"], seed=member.task_seed, split="train"))
+            breakdown["fixup_fraction_max"] = max(breakdown.get("fixup_fraction_max", 0.0), trainer.perturber.fixup_fraction())
+            return s["mean_reward"], {}
+
+        trainer = ESTrainer(model, es_cfg, fitness, progress=False)
+
+        def run():
+            rec = trainer.step(0)
+            return {"rewards": rec.rewards}
+    else:
+        prof = scfg["agent"]["sampling"]
+        sampling = Sampling(do_sample=True, temperature=prof["temperature"], top_p=prof["top_p"], top_k=prof["top_k"],
+                            max_new_tokens=scfg["agent"]["max_new_tokens"])
+        rcfg = rl_config(scfg, args.method, prof, m["seed"])
+        critic = build_critic(model, args.model, rcfg.critic).to(device) if args.method == "ppo" else None
+        trainer = RLTrainer(model, rcfg, build_rollout_fn(scfg, tok, m["horizon"], sampling), pad_id=tok.pad_token_id,
+                            critic=critic, progress=False)
+        held += [critic, trainer.reference]
+
+        def run():
+            rec = trainer.step(0)
+            return {k: rec[k] for k in ("episodes", "train_tokens", "generated_tokens", "optimizer_steps")}
+
+    # One-time lazy initialisation (kernel caches, the chat template's compilation)
+    # happens in a 1-token warm-up call, so the peak below is the step's own memory.
+    with torch.no_grad():
+        ids = tok("warm up", return_tensors="pt").to(device)
+        model.generate(**ids, max_new_tokens=1, do_sample=False, pad_token_id=tok.pad_token_id)
+        tok.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True)
+    state = module_state_bytes(*held)
+    with PeakMemory(device) as pm:
+        t0 = time.perf_counter()
+        result = run()
+        wall = time.perf_counter() - t0
+    params = sum(p.numel() for p in model.parameters())
+    rec = {
+        "method": args.method, "model": Path(args.model).name, "params": params,
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."), "device": device, "measure": pm.measure,
+        "model_state_bytes": state, "peak_above_load_bytes": pm.peak_above_start, "peak_bytes": state + pm.peak_above_start,
+        "step_wall_s": wall, "episodes": m["episodes"], "breakdown": breakdown, "step": result,
+    }
+    write_json_atomic(args.out, rec)
+    prov.write(Path(args.out).with_suffix(".provenance.json"), outputs=[args.out])
+    log.info("%s: model state %.1f MiB + peak above load %.1f MiB = %.1f MiB (%s, %.1fs)", args.method, state / 2**20,
+             pm.peak_above_start / 2**20, rec["peak_bytes"] / 2**20, pm.measure, wall)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="esopt memory", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--method", required=True, help="inference | es | grpo | ppo")
+    p.add_argument("--config", required=True)
+    p.add_argument("--model", required=True, help="model directory (the memory probe, or the base model)")
+    p.add_argument("--out", required=True, help="FILE.json")
+    p.add_argument("--device", default=None, help="cpu | cuda (default: cuda when available)")
+    add_threads_arg(p)
+    add_provenance_args(p)
+    return p
+
+
+def main(argv=None) -> int:
+    return run_main(main_fn, parser(), argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,320 @@
+"""Agentic GRPO and Agentic PPO: multi-turn policy-gradient baselines.
+
+One step t:
+  1. draw tasks from the run seed; roll out episodes in token space (GRPO: a group
+     of `group_size` episodes per task) with the sampling profile of the run;
+  2. advantages: GRPO normalizes each episode's return within its group and gives
+     it to every generated token of every turn; PPO places turn rewards at the last
+     generated token of each turn and runs GAE over the generated tokens (observation
+     tokens are skipped), then whitens;
+  3. `epochs` passes over the step's sequences in `minibatches` optimizer steps:
+     clipped ratio against the sampling log-probs, token-mean loss, optional KL to
+     the frozen reference, AdamW, gradient clipping (PPO: plus a clipped value loss);
+  4. a checkpoint (weights, optimizer, counters) is written atomically, so a killed
+     run resumes and ends where an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from esopt.agent.tokens import TokenTrajectory
+from esopt.io import atomic_path
+from esopt.rl.advantages import gae, group_advantages, masked_whiten
+from esopt.rl.critic import ValueModel
+from esopt.rl.losses import clipped_policy_loss, clipped_value_loss, kl_k3, masked_mean, token_logprobs
+from esopt.seeding import derive_seed
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RLConfig:
+    algo: str  # grpo | ppo
+    steps: int
+    tasks_per_step: int
+    group_size: int = 8  # GRPO rollouts per task (PPO: 1)
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    epochs: int = 1
+    minibatches: int = 1  # optimizer steps per epoch
+    micro_batch: int = 64  # sequences per forward/backward (gradient accumulation)
+    loss_agg: str = "token-mean"  # or "episode-mean"
+    clip_low: float = 0.2
+    clip_high: float | None = None  # ε_high; None: = clip_low
+    kl_coef: float = 0.0  # > 0 loads a frozen reference model
+    max_grad_norm: float = 1.0
+    temperature: float = 1.0  # of the sampling profile: log-probs are taken at it
+    # PPO
+    gamma: float = 1.0
+    lam: float = 1.0
+    critic: str = "separate"
+    critic_lr: float = 1e-5
+    vf_clip: float | None = 0.2
+    vf_coef: float = 0.5  # weight of the value loss when the critic shares the policy
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.algo not in ("grpo", "ppo"):
+            raise ValueError(f"algo {self.algo!r}: expected 'grpo' or 'ppo'")
+        if self.algo == "grpo" and self.group_size < 2:
+            raise ValueError(f"GRPO needs group_size >= 2, got {self.group_size}")
+        if self.loss_agg not in ("token-mean", "episode-mean"):
+            raise ValueError(f"loss_agg {self.loss_agg!r}: expected 'token-mean' or 'episode-mean'")
+        if self.algo == "ppo" and self.group_size != 1:
+            raise ValueError(f"PPO rolls out each task once; group_size must be 1, got {self.group_size}")
+
+    @property
+    def episodes_per_step(self) -> int:
+        return self.tasks_per_step * self.group_size
+
+
+# rollout_fn(policy, tasks seed, sampling seed, group_size, counters) -> token trajectories,
+# groups of `group_size` consecutive episodes sharing a task
+RolloutFn = Callable[[torch.nn.Module, int, int, int, dict], list[TokenTrajectory]]
+
+
+def _pad(rows: Sequence[list], value, dtype) -> torch.Tensor:
+    width = max(len(r) for r in rows)
+    return torch.tensor([list(r) + [value] * (width - len(r)) for r in rows], dtype=dtype)
+
+
+def collate(trajs: Sequence[TokenTrajectory], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded tensors over all sequences of all episodes, plus the token rewards."""
+    seqs, episode = [], []
+    for e, tr in enumerate(trajs):
+        for s in tr.sequences():
+            seqs.append(s)
+            episode.append(e)
+    rewards = []
+    for s in seqs:
+        r = [0.0] * len(s["ids"])
+        for pos, rew in zip(s["turn_ends"], s["rewards"]):
+            r[pos] = rew
+        rewards.append(r)
+    return {
+        "input_ids": _pad([s["ids"] for s in seqs], pad_id, torch.long),
+        "attention_mask": _pad([[1] * len(s["ids"]) for s in seqs], 0, torch.long),
+        "loss_mask": _pad([s["mask"] for s in seqs], 0, torch.float32),
+        "old_logp": _pad([s["logprobs"] for s in seqs], 0.0, torch.float32),
+        "rewards": _pad(rewards, 0.0, torch.float32),
+        "episode": torch.tensor(episode, dtype=torch.long),
+    }
+
+
+def episode_gae(batch: dict[str, torch.Tensor], values: torch.Tensor, gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE per episode over the concatenation of its sequences (in rollout order)."""
+    adv = torch.zeros_like(values)
+    ret = torch.zeros_like(values)
+    lengths = batch["attention_mask"].sum(1).tolist()
+    ep = batch["episode"].tolist()
+    by_ep: dict[int, list[int]] = {}
+    for i, e in enumerate(ep):
+        by_ep.setdefault(e, []).append(i)
+    for rows in by_ep.values():
+        cat = lambda key: torch.cat([key[i, : lengths[i]] for i in rows])
+        a, r = gae(cat(batch["rewards"]), cat(values), cat(batch["loss_mask"]), gamma, lam)
+        off = 0
+        for i in rows:
+            n = lengths[i]
+            adv[i, :n], ret[i, :n] = a[off:off + n], r[off:off + n]
+            off += n
+    return adv, ret
+
+
+@dataclass
+class RLTrainer:
+    policy: torch.nn.Module
+    cfg: RLConfig
+    rollout_fn: RolloutFn
+    pad_id: int
+    critic: ValueModel | None = None
+    reference: torch.nn.Module | None = None
+    checkpoint_path: str | os.PathLike | None = None
+    run_info: dict[str, Any] = field(default_factory=dict)  # checked on resume
+    on_step: Callable[[dict[str, Any]], None] | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        c = self.cfg
+        if c.algo == "ppo" and self.critic is None:
+            raise ValueError("PPO needs a critic")
+        if c.kl_coef > 0 and self.reference is None:
+            self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
+        self.shared = self.critic is not None and c.critic == "shared"
+        params = list(self.policy.parameters()) + (list(self.critic.head.parameters()) if self.shared else [])
+        self.opt = torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay)
+        self.critic_opt = (torch.optim.AdamW(self.critic.parameters(), lr=c.critic_lr, weight_decay=c.weight_decay)
+                           if self.critic is not None and not self.shared else None)
+        self.metrics: list[dict[str, Any]] = []
+        self.totals = {"episodes": 0, "generated_tokens": 0, "rollout_tokens": 0, "train_tokens": 0, "wall_s": 0.0}
+
+    # ---- checkpointing -------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        return {
+            "run": {"rl": asdict(self.cfg), **self.run_info}, "step": len(self.metrics),
+            "policy": self.policy.state_dict(), "opt": self.opt.state_dict(),
+            "critic": self.critic.state_dict() if self.critic is not None and not self.shared else None,
+            "critic_head": self.critic.head.state_dict() if self.shared else None,
+            "critic_opt": self.critic_opt.state_dict() if self.critic_opt else None,
+            "metrics": self.metrics, "totals": self.totals,
+        }
+
+    def save(self, path: str | os.PathLike) -> None:
+        with atomic_path(path) as tmp:
+            torch.save(self.state(), tmp)
+
+    def resume(self) -> int:
+        p = self.checkpoint_path
+        if p is None or not Path(p).exists():
+            return 0
+        st = torch.load(p, map_location="cpu", weights_only=False)
+        run = {"rl": asdict(self.cfg), **self.run_info}
+        if st["run"] != run:
+            diff = sorted(k for k in set(st["run"]) | set(run) if st["run"].get(k) != run.get(k))
+            raise ValueError(f"{p} belongs to a different run (differs in {diff}); delete it or use another output directory")
+        self.policy.load_state_dict(st["policy"])
+        self.opt.load_state_dict(st["opt"])
+        if st["critic"] is not None:
+            self.critic.load_state_dict(st["critic"])
+        if st["critic_head"] is not None:
+            self.critic.head.load_state_dict(st["critic_head"])
+        if st["critic_opt"] is not None:
+            self.critic_opt.load_state_dict(st["critic_opt"])
+        self.metrics, self.totals = st["metrics"], st["totals"]
+        log.info("resumed from %s after %d steps", p, st["step"])
+        return st["step"]
+
+    # ---- one step ------------------------------------------------------------------
+    def _minibatches(self, n: int, t: int, epoch: int) -> list[torch.Tensor]:
+        g = torch.Generator().manual_seed(derive_seed("rl-minibatch", self.cfg.seed, t, epoch))
+        perm = torch.randperm(n, generator=g)
+        return [chunk for chunk in perm.chunk(min(self.cfg.minibatches, n)) if chunk.numel()]
+
+    @torch.no_grad()
+    def _values(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        self.critic.eval()
+        out = []
+        for idx in torch.arange(batch["input_ids"].shape[0]).split(256):
+            out.append(self.critic(batch["input_ids"][idx], batch["attention_mask"][idx]).float())
+        return torch.cat(out) * batch["loss_mask"]
+
+    def advantages(self, trajs: Sequence[TokenTrajectory], batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        c = self.cfg
+        if c.algo == "grpo":
+            groups = [i // c.group_size for i in range(len(trajs))]
+            ep_adv = group_advantages([tr.reward for tr in trajs], groups)
+            return {"advantages": ep_adv[batch["episode"]][:, None] * batch["loss_mask"]}
+        values = self._values(batch)
+        adv, ret = episode_gae(batch, values, c.gamma, c.lam)
+        return {"advantages": masked_whiten(adv, batch["loss_mask"]), "returns": ret, "old_values": values}
+
+    def loss_weights(self, trajs: Sequence[TokenTrajectory], batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """token-mean: every generated token weighs the same, so long (often failed)
+        episodes weigh more; episode-mean: every episode weighs the same (its tokens
+        share 1), as in the original GRPO's per-sequence mean."""
+        mask = batch["loss_mask"]
+        if self.cfg.loss_agg == "token-mean":
+            return mask.clone()
+        per_episode = torch.tensor([max(tr.generated_tokens, 1) for tr in trajs], dtype=torch.float32)
+        return mask / per_episode[batch["episode"]][:, None]
+
+    def step(self, t: int) -> dict[str, Any]:
+        c = self.cfg
+        start = time.perf_counter()
+        counters: dict[str, int] = {}
+        trajs = self.rollout_fn(self.policy, derive_seed("rl-tasks", c.seed, t), derive_seed("rl-sampling", c.seed, t),
+                                c.group_size, counters)
+        rollout_s = time.perf_counter() - start
+        batch = collate(trajs, self.pad_id)
+        batch.update(self.advantages(trajs, batch))
+        batch["weight"] = self.loss_weights(trajs, batch)
+        if self.reference is not None:
+            with torch.no_grad():
+                batch["ref_logp"] = torch.cat([
+                    token_logprobs(self.reference, batch["input_ids"][i], batch["attention_mask"][i], c.temperature)
+                    for i in torch.arange(batch["input_ids"].shape[0]).split(256)])
+        self.policy.train()
+        if self.critic is not None:
+            self.critic.train()
+        stats: dict[str, list[float]] = {}
+        train_tokens = 0
+        for epoch in range(c.epochs):
+            for idx in self._minibatches(batch["input_ids"].shape[0], t, epoch):
+                total_w = batch["weight"][idx].sum().clamp(min=1e-12)
+                self.opt.zero_grad(set_to_none=True)
+                if self.critic_opt is not None:
+                    self.critic_opt.zero_grad(set_to_none=True)
+                st_sum: dict[str, float] = {}
+                # Gradient accumulation over micro-batches: the loss is the (weighted) token
+                # mean over the whole mini-batch, the activations those of one micro-batch.
+                for micro in idx.split(c.micro_batch):
+                    mb = {k: v[micro] for k, v in batch.items()}
+                    width = int(mb["attention_mask"].sum(1).max())
+                    mb = {k: (v[:, :width] if v.dim() == 2 else v) for k, v in mb.items()}
+                    train_tokens += int(mb["attention_mask"].sum())
+                    mask, w = mb["loss_mask"], mb["weight"]
+                    share = float(w.sum() / total_w)  # this micro-batch's part of the mean
+                    logp = token_logprobs(self.policy, mb["input_ids"], mb["attention_mask"], c.temperature)
+                    loss, st = clipped_policy_loss(logp, mb["old_logp"], mb["advantages"], mask, c.clip_low, c.clip_high, w)
+                    st["pg_loss"] = loss.item()
+                    if self.reference is not None:
+                        kl = masked_mean(kl_k3(logp, mb["ref_logp"]), w)
+                        loss = loss + c.kl_coef * kl
+                        st["kl_ref"] = kl.item()
+                    if self.critic is not None:
+                        v = self.critic(mb["input_ids"], mb["attention_mask"]).float()
+                        vf = clipped_value_loss(v, mb["old_values"], mb["returns"], w, c.vf_clip)
+                        st["vf_loss"] = vf.item()
+                        if self.shared:
+                            loss = loss + c.vf_coef * vf
+                        else:
+                            (vf * share).backward()
+                    (loss * share).backward()
+                    for k, v in st.items():
+                        st_sum[k] = st_sum.get(k, 0.0) + v * share
+                if self.critic_opt is not None:
+                    torch.nn.utils.clip_grad_norm_(self.critic.parameters(), c.max_grad_norm)
+                    self.critic_opt.step()
+                st_sum["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm))
+                self.opt.step()
+                for k, v in st_sum.items():
+                    stats.setdefault(k, []).append(v)
+        self.policy.eval()
+        solved = [bool(tr.info.get("solved")) for tr in trajs]
+        n = len(trajs)
+        rec = {
+            "step": t, "episodes": n, "mean_reward": sum(tr.reward for tr in trajs) / n, "success_rate": sum(solved) / n,
+            "mean_turns": sum(tr.num_turns for tr in trajs) / n, "truncated": sum(tr.truncated for tr in trajs) / n,
+            "generated_tokens": counters.get("generated_tokens", 0),
+            "rollout_tokens": counters.get("prompt_tokens", 0) + counters.get("generated_tokens", 0),
+            "train_tokens": train_tokens, "optimizer_steps": len(stats.get("pg_loss", [])),
+            **{k: sum(v) / len(v) for k, v in stats.items()},
+            "rollout_s": rollout_s, "wall_s": time.perf_counter() - start,
+        }
+        return rec
+
+    def run(self) -> list[dict[str, Any]]:
+        done = self.resume()
+        bar = tqdm(range(done, self.cfg.steps), initial=done, total=self.cfg.steps,
+                   desc=f"Agentic {self.cfg.algo.upper()} steps", disable=not self.progress)
+        for t in bar:
+            rec = self.step(t)
+            self.metrics.append(rec)
+            for k in ("episodes", "generated_tokens", "rollout_tokens", "train_tokens", "wall_s"):
+                self.totals[k] += rec[k]
+            if self.checkpoint_path is not None:
+                self.save(self.checkpoint_path)
+            if self.on_step is not None:
+                self.on_step(rec)
+            bar.set_postfix(R=f"{rec['mean_reward']:.3f}", succ=f"{rec['success_rate']:.3f}")
+        return self.metrics

@@ -1,0 +1,75 @@
+# Stage 2b: Agentic GRPO / PPO baselines on the same model, environment and prompts as ES.
+
+
+# One RL run; budget.json says what it used (episodes, tokens, FLOPs, wall clock).
+rule train_rl:
+    input:
+        config=ancient(CONFIGFILE),  # reruns follow the config sections in params
+        model=rules.build_model.output.model,
+        code=code("rl", "agent/rollout.py", "agent/tokens.py", "envs/sudoku.py", "models/load.py", "es/history.py", "cli/train_rl.py"),
+    output:
+        model=directory(f"{R}/train/{{method}}/{MODEL}/sudoku/h{{horizon}}_s{{seed}}/model"),
+        metrics=f"{R}/train/{{method}}/{MODEL}/sudoku/h{{horizon}}_s{{seed}}/metrics.jsonl",
+        budget=f"{R}/train/{{method}}/{MODEL}/sudoku/h{{horizon}}_s{{seed}}/budget.json",
+        provenance=f"{R}/train/{{method}}/{MODEL}/sudoku/h{{horizon}}_s{{seed}}/provenance.json",
+    params:
+        rl=RL_PARAMS,
+        sudoku=SUDOKU,
+        agent=config["agent"],
+        algo=lambda wc: RL_ALGO[wc.method],
+        out=lambda wc, output: str(Path(output.budget).parent),
+        wildcards=lambda wc: wildcards_json(wc),
+    log:
+        f"{LOGS}/train_rl/{{method}}_h{{horizon}}_s{{seed}}.log",
+    threads: config["threads"]
+    conda:
+        "../../envs/esopt.yaml"
+    shell:
+        "esopt train-rl --config {input.config} {params.algo} --benchmark sudoku --horizon {wildcards.horizon} "
+        "--seed {wildcards.seed} --model {input.model} "
+        '--out {params.out} --rule {rule} --wildcards "{params.wildcards}" > {log} 2>&1'
+
+
+# The random-weight memory-probe model (memory.probe), with the base model's tokenizer.
+rule build_probe_model:
+    input:
+        config=ancient(CONFIGFILE),  # reruns follow the config sections in params
+        tokenizer=rules.build_model.output.model,
+        code=code("models", "cli/build_model.py"),
+    output:
+        model=directory(f"{R}/models/{MODEL}-probe"),
+    params:
+        probe=MEMORY.get("probe"),
+    log:
+        f"{LOGS}/build_probe_model/{MODEL}.log",
+    threads: config["threads"]
+    conda:
+        "../../envs/esopt.yaml"
+    shell:
+        "esopt build-model --config {input.config} --probe --tokenizer {input.tokenizer} "
+        "--out {output.model} --rule {rule} > {log} 2>&1"
+
+
+# Peak memory of one real step of a method, in its own process.
+rule memory:
+    input:
+        config=ancient(CONFIGFILE),  # reruns follow the config sections in params
+        model=f"{R}/models/{PROBE}",
+        code=code("es", "rl", "agent/rollout.py", "agent/tokens.py", "eval/episodes.py", "eval/memory.py", "envs/sudoku.py", "models/load.py", "cli/train_rl.py", "cli/memory.py"),
+    output:
+        summary=f"{R}/memory/{PROBE}/{{mem_method}}.json",
+    params:
+        memory=MEMORY,
+        sudoku=SUDOKU,
+        rl=RL_PARAMS,
+        es=ES,
+        agent=config["agent"],
+        wildcards=lambda wc: wildcards_json(wc),
+    log:
+        f"{LOGS}/memory/{{mem_method}}.log",
+    threads: config["threads"]
+    conda:
+        "../../envs/esopt.yaml"
+    shell:
+        "esopt memory --method {wildcards.mem_method} --config {input.config} --model {input.model} "
+        '--out {output.summary} --rule {rule} --wildcards "{params.wildcards}" > {log} 2>&1'
