@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from esopt.es import ESConfig, ESTrainer, Perturber, SigmaSchedule, member_seeds, normalize_rewards
+from esopt.es import ESConfig, ESTrainer, Perturber, SigmaSchedule, member_seeds, normalize_rewards, perturb
 from esopt.es.history import weights_sha256
 from esopt.es.noise import noise_chunks
 
@@ -65,8 +65,98 @@ def test_exact_revert_keeps_only_a_fraction_of_the_model():
     torch.nn.init.normal_(lin.weight, std=0.02)
     p = Perturber(lin)
     p.apply(3, 0.05 * 0.02)  # σ = 0.05·std(w), the paper's regime
-    assert 0 < p.fixup_fraction() < 0.1
+    assert 0 < p.fixup_fraction() < 0.15
+    assert 0 < p.held_bytes() < 0.01 * lin.weight.nbytes  # measured 0.69%, ~0.11 bits per element
     p.revert()
+    assert p.held_bytes() == 0 and p.fixup_fraction() == 0.0
+
+
+class Vector(torch.nn.Module):
+    def __init__(self, values):
+        super().__init__()
+        self.w = torch.nn.Parameter(values, requires_grad=False)
+
+
+def edge_values(dtype, n=200, seed=0):
+    """±0, subnormals, values at and next to powers of two, tiny and ordinary weights."""
+    g = torch.Generator().manual_seed(seed)
+    fin = torch.finfo(dtype)
+    sign = torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0)
+    pow2 = (sign * torch.exp2(torch.randint(-12, 2, (n,), generator=g).float())).to(dtype)
+    parts = [
+        torch.tensor([0.0, -0.0] * (n // 2), dtype=dtype),
+        (torch.rand(n, generator=g) * sign * fin.smallest_normal).to(dtype),  # subnormals
+        torch.full((n // 4,), fin.smallest_normal * 2**-30, dtype=torch.float64).to(dtype),  # rounds to +0
+        pow2,
+        torch.nextafter(pow2, torch.zeros_like(pow2)),  # just below a binade boundary
+        torch.nextafter(pow2, 2 * pow2),  # just above
+        (torch.randn(n, generator=g) * 1e-5).to(dtype),
+        (torch.randn(4 * n, generator=g) * 0.02).to(dtype),
+    ]
+    values = torch.cat(parts)
+    return values[torch.randperm(values.numel(), generator=g)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("sigma", [2.5e-4, 1e-3, 0.05, 1.0])  # 1.0: |δ| ≫ |θ| everywhere
+def test_edge_values_perturb_to_round_of_sum_and_revert_bit_exact(dtype, sigma, monkeypatch):
+    monkeypatch.setitem(perturb.PIECE, "cpu", 37)  # pieces inside chunks, neither dividing the other
+    net = Vector(edge_values(dtype))
+    before = snapshot(net)
+    p = Perturber(net, chunk=101)
+    for i in range(6):
+        seed, scale = 77 + i, sigma * (-1) ** i
+        p.apply(seed, scale)
+        eps = torch.cat([e for _, _, e in noise_chunks(seed, "w", net.w.numel(), net.w.device, chunk=101)])
+        expected = (before["w"].float() + scale * eps).to(dtype)  # θ' = round(θ + δ), as ever
+        assert bitwise_equal({"w": net.w.detach()}, {"w": expected})
+        p.revert()
+        assert bitwise_equal(before, snapshot(net))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_non_finite_values_revert_bit_exact(dtype):
+    big = torch.finfo(dtype).max
+    nan_bits = {torch.bfloat16: 0x7FC1, torch.float16: 0x7E01, torch.float32: 0x7FC00001}[dtype]
+    nan = torch.tensor([nan_bits], dtype=torch.int16 if dtype.itemsize == 2 else torch.int32).view(dtype)
+    assert nan.isnan().all()  # a NaN with a payload
+    values = torch.cat([
+        torch.tensor([float("inf"), -float("inf"), float("nan"), big, -big], dtype=dtype),
+        nan,
+        edge_values(dtype, n=20),
+    ])
+    net = Vector(values)
+    before = snapshot(net)
+    p = Perturber(net)
+    for i, sigma in enumerate([1e-3, 1.0, 1e4]):
+        p.apply(i, sigma)
+        p.revert()
+        assert bitwise_equal(before, snapshot(net))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("sigma", [1e-3, 0.05])
+def test_preimage_intervals_match_brute_force(dtype, sigma):
+    """The interval {x : round(x + δ) = θ'} that revert infers, against all values of the dtype."""
+    fmt = perturb._FORMATS[dtype]
+    keys = torch.arange(-1 - fmt.max_key, fmt.max_key + 1, dtype=torch.int32)
+    every = perturb._from_key(keys, dtype, fmt).float()  # all finite values, in order
+    theta = edge_values(dtype, n=100, seed=1)
+    delta = torch.randn(theta.numel(), generator=torch.Generator().manual_seed(2)) * sigma
+    t = perturb._perturbed(theta, delta)
+    lo, size = perturb._preimage(t, delta, fmt)
+    true_lo, true_size = [], []
+    for i in range(0, theta.numel(), 64):
+        hit = (every[None, :] + delta[i : i + 64, None]).to(dtype) == t[i : i + 64, None]
+        true_lo.append(keys[hit.int().argmax(1)])
+        true_size.append(hit.sum(1))
+    true_lo, true_size = torch.cat(true_lo), torch.cat(true_size)
+    # exact wherever the interval is narrow; wide ones (θ tiny against δ, where x + δ
+    # rounds in fp32 too) may be off by a few steps at their ends, which costs nothing
+    narrow = true_size <= 64
+    assert narrow.sum() > 500 and (true_size[narrow] > 1).sum() > 50
+    assert torch.equal(lo[narrow].long(), true_lo[narrow].long())
+    assert torch.equal(size[narrow].long(), true_size[narrow].long())
 
 
 def test_each_tensor_gets_its_own_noise():
@@ -86,6 +176,19 @@ def test_perturbation_adds_sigma_times_seeded_noise():
     eps = torch.cat([e for _, _, e in noise_chunks(11, name, param.numel(), param.device)])
     assert torch.allclose(param.detach().view(-1), before[name].view(-1) + 0.01 * eps, atol=1e-6)
     p.revert()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_update_is_bitwise_the_fp32_accumulation_rounded_once(dtype):
+    net = Vector(edge_values(dtype))
+    before = net.w.detach().clone()
+    seeds, coefs = [5, 6, 7], [3e-4, -1e-3, 2e-4]
+    Perturber(net, chunk=101).update(seeds, coefs)
+    acc = None  # the reference order of operations: c_0·ε_0, then + c_i·ε_i, then θ + acc
+    for s, c in zip(seeds, coefs):
+        eps = torch.cat([e for _, _, e in noise_chunks(s, "w", before.numel(), before.device, chunk=101)])
+        acc = eps.mul_(c) if acc is None else acc.add_(eps, alpha=c)
+    assert bitwise_equal({"w": net.w.detach()}, {"w": (before.float() + acc).to(dtype)})
 
 
 def test_update_matches_dense_reference():

@@ -79,7 +79,7 @@ def main_fn(args: argparse.Namespace) -> int:
     elif args.method == "es":
         e = scfg["es"]
         es_cfg = ESConfig(population=m["population"], generations=1, alpha=e["alpha"],
-                          sigma=SigmaSchedule("constant", e["sigma"]["sigma0"], None, 1),
+                          sigma=SigmaSchedule("constant", m["sigma"] or e["sigma"]["sigma0"], None, 1),
                           antithetic=e["antithetic"], normalization=e["normalization"], seed=m["seed"])
 
         def fitness(member):
