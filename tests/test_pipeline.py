@@ -65,6 +65,8 @@ def test_pipeline_runs_then_has_nothing_to_do(workdir):
     assert set(methods.method) == {"base", "esopt", "grpo", "ppo"} and len(methods) == 8
     rl = methods[methods.method.isin(["grpo", "ppo"])]
     assert (rl.steps == 2).all() and (rl.episodes == 8).all() and (rl.train_tokens > 0).all()
+    es = methods[methods.method == "esopt"]  # 3 generations x 4 members x 4 tasks, forward only
+    assert (es.episodes == 48).all() and (es.train_tokens == 0).all() and (es.flops_per_step > 0).all()
     memory = pd.read_csv(workdir / "results/tables/memory.csv")
     assert list(memory.method) == ["inference", "es", "grpo", "ppo"] and (memory.peak_bytes > memory.model_state_bytes).all()
     assert (workdir / "results/figures/horizon_crossover.png").stat().st_size > 10_000

@@ -61,6 +61,9 @@ def main_fn(args: argparse.Namespace) -> int:
     from esopt.rl.trainer import RLTrainer
     from esopt.cli.train_rl import build_rollout_fn, rl_config
 
+    if args.model is None:  # where the pipeline puts it
+        name = cfg["model"]["name"] + ("-probe" if cfg["memory"].get("probe") else "")
+        args.model = f"results/models/{name}"
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     scfg = step_config(cfg)
     m = scfg["memory"]
@@ -135,7 +138,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="esopt memory", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--method", required=True, help="inference | es | grpo | ppo")
     p.add_argument("--config", required=True)
-    p.add_argument("--model", required=True, help="model directory (the memory probe, or the base model)")
+    p.add_argument("--model", default=None,
+                   help="model directory (default: results/models/NAME-probe with memory.probe, else results/models/NAME)")
     p.add_argument("--out", required=True, help="FILE.json")
     p.add_argument("--device", default=None, help="cpu | cuda (default: cuda when available)")
     add_threads_arg(p)
