@@ -44,6 +44,9 @@ def step_config(cfg: dict) -> dict:
 
 
 def main_fn(args: argparse.Namespace) -> int:
+    from esopt.eval.memory import exact_allocator
+
+    exact = exact_allocator()  # before anything large is allocated
     cfg = setup(args.config, args.threads)
     if args.method not in METHODS:
         raise ValueError(f"--method {args.method!r}: expected one of {METHODS}")
@@ -126,6 +129,7 @@ def main_fn(args: argparse.Namespace) -> int:
         "dtype": str(next(model.parameters()).dtype).removeprefix("torch."), "device": device, "measure": pm.measure,
         "model_state_bytes": state, "peak_above_load_bytes": pm.peak_above_start, "peak_bytes": state + pm.peak_above_start,
         "step_wall_s": wall, "episodes": m["episodes"], "breakdown": breakdown, "step": result,
+        "allocator": "mmap_threshold_64KiB" if exact else "default",
     }
     write_json_atomic(args.out, rec)
     prov.write(Path(args.out).with_suffix(".provenance.json"), outputs=[args.out])
