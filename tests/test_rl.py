@@ -187,3 +187,21 @@ def test_killed_run_resumes_to_the_same_weights(smoke, tmp_path):
     t2.run()
     assert len(t2.metrics) == 3
     assert weights_sha256(resumed) == weights_sha256(straight)
+
+
+def test_shared_critic_and_kl_reference_run_a_step(smoke, smoke_model):
+    base, tok = smoke
+    policy = copy.deepcopy(base)
+    fixed = _fixed_batch(policy, tok, 4, 1)
+    cfg = RLConfig(algo="ppo", steps=1, tasks_per_step=4, group_size=1, lr=3e-3, temperature=0.7,
+                   critic="shared", kl_coef=0.1)
+    critic = build_critic(policy, smoke_model, "shared")
+    assert critic.backbone is policy.base_model  # only the head is new
+    trainer = RLTrainer(policy, cfg, lambda *a: copy.deepcopy(fixed), pad_id=tok.pad_token_id, critic=critic, progress=False)
+    assert trainer.reference is not None and trainer.critic_opt is None
+    head = critic.head.weight.detach().clone()
+    before = weights_sha256(policy)
+    rec = trainer.step(0)
+    assert weights_sha256(policy) != before and not torch.equal(head, critic.head.weight)
+    assert rec["kl_ref"] >= 0.0 and "vf_loss" in rec
+    assert weights_sha256(trainer.reference) == before  # the reference stays frozen
