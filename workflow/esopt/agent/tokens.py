@@ -174,10 +174,10 @@ def token_rollout(
             )
             new = out.sequences[:, width:].cpu()
             logp = torch.stack(out.logits, dim=1).float().div(temperature).log_softmax(-1).cpu()
+            counters["generate_calls"] = counters.get("generate_calls", 0) + 1
             for r, i in enumerate(idx):
                 gen = _trim(new[r].tolist(), eos_id)
                 lp = logp[r, torch.arange(len(gen)), torch.tensor(gen, dtype=torch.long)].tolist() if gen else []
-                counters["generate_calls"] = counters.get("generate_calls", 0) + (r == 0)
                 counters["prompt_tokens"] = counters.get("prompt_tokens", 0) + len(contexts[i])
                 counters["generated_tokens"] = counters.get("generated_tokens", 0) + len(gen)
                 tr = trajs[i]

@@ -304,7 +304,7 @@ class RLTrainer:
         return rec
 
     def run(self) -> list[dict[str, Any]]:
-        done = self.resume()
+        done = len(self.metrics) or self.resume()  # a caller may have resumed already
         bar = tqdm(range(done, self.cfg.steps), initial=done, total=self.cfg.steps,
                    desc=f"Agentic {self.cfg.algo.upper()} steps", disable=not self.progress)
         for t in bar:
