@@ -55,15 +55,72 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
             lines.append(f"  {where}: {e.message}")
         raise ConfigError(f"{source} is not a valid esopt config:\n" + "\n".join(lines))
     es = config["es"]
-    if es["sigma"]["schedule"] == "cosine" and "sigmaT" not in es["sigma"]:
-        raise ConfigError(f"{source}: es.sigma.sigmaT is required for the cosine schedule")
-    if config["model"]["source"] == "tiny" and not {"tiny", "warmstart"} <= set(config["model"]):
-        raise ConfigError(f"{source}: model.source 'tiny' needs model.tiny and model.warmstart blocks")
-    if config["model"]["source"] == "hub" and "hub" not in config["model"]:
-        raise ConfigError(f"{source}: model.source 'hub' needs model.hub.repo_id and model.hub.revision")
-    if config["model"]["source"] == "local" and not config["model"].get("local_path"):
-        raise ConfigError(f"{source}: model.source 'local' needs model.local_path")
+    for h in config["sudoku"]["horizons"]:
+        for variant in [None, *es.get("variants", {})]:
+            sigma = es_settings(config, h, variant)["sigma"]
+            if sigma["schedule"] == "cosine" and "sigmaT" not in sigma:
+                where = f"es.variants.{variant}" if variant else "es.sigma"
+                raise ConfigError(f"{source}: {where}: sigmaT is required for the cosine schedule (H*={h})")
+    for name, variant in es.get("variants", {}).items():
+        bad = set(variant.get("horizons") or []) - set(config["sudoku"]["horizons"])
+        if bad:
+            raise ConfigError(f"{source}: es.variants.{name}.horizons {sorted(bad)} are not in sudoku.horizons")
+    bad = set(es.get("by_horizon", {})) - set(config["sudoku"]["horizons"])
+    if bad:
+        raise ConfigError(f"{source}: es.by_horizon keys {sorted(bad)} are not in sudoku.horizons")
+    names = [m["name"] for m in all_models(config)]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{source}: model names must be unique, got {names}")
+    for i, m in enumerate(all_models(config)):
+        where = "model" if i == 0 else f"population_study.models[{i - 1}]"
+        if m["source"] == "tiny" and not {"tiny", "warmstart"} <= set(m):
+            raise ConfigError(f"{source}: {where}: source 'tiny' needs tiny and warmstart blocks")
+        if m["source"] == "hub" and "hub" not in m:
+            raise ConfigError(f"{source}: {where}: source 'hub' needs hub.repo_id and hub.revision")
+        if m["source"] == "local" and not m.get("local_path"):
+            raise ConfigError(f"{source}: {where}: source 'local' needs local_path")
     return config
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `base` with `over` merged in, recursively for nested mappings."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+# es keys that describe the grid, not one run
+ES_GRID_KEYS = ("populations", "seeds", "by_horizon", "variants")
+
+
+def es_settings(config: dict[str, Any], horizon: int, variant: str | None = None) -> dict[str, Any]:
+    """The es settings of one run: es, then es.by_horizon[H*], then es.variants[variant]."""
+    es = config["es"]
+    out = {k: v for k, v in es.items() if k not in ES_GRID_KEYS}
+    by_h = {int(k): v for k, v in (es.get("by_horizon") or {}).items()}
+    out = deep_merge(out, by_h.get(int(horizon), {}))
+    if variant:
+        variants = es.get("variants") or {}
+        if variant not in variants:
+            raise ConfigError(f"es variant {variant!r} is not in the config (es.variants: {sorted(variants)})")
+        out = deep_merge(out, {k: v for k, v in variants[variant].items() if k != "horizons"})
+    return out
+
+
+def all_models(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """`model` first, then the extra sizes of the population study."""
+    return [config["model"], *((config.get("population_study") or {}).get("models") or [])]
+
+
+def model_spec(config: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+    """The model block called `name` (None: the main model)."""
+    if name is None:
+        return config["model"]
+    for m in all_models(config):
+        if m["name"] == name:
+            return m
+    raise ConfigError(f"model {name!r} is not in the config (models: {[m['name'] for m in all_models(config)]})")
 
 
 def load_config(path: str | os.PathLike) -> dict[str, Any]:

@@ -23,13 +23,12 @@ from esopt.report.provenance import Provenance
 log = logging.getLogger("esopt.build_model")
 
 
-def build_tiny(cfg: dict, out: Path) -> dict:
+def build_tiny(cfg: dict, m: dict, out: Path) -> dict:
     from esopt.models.load import load_model_and_tokenizer
     from esopt.models.tiny import build_tiny_model
     from esopt.models.tokenizer import train_tokenizer
     from esopt.models.warmstart import WarmStart, demonstrations, supervised_warm_start
 
-    m = cfg["model"]
     w = m["warmstart"]
     ws = WarmStart(
         size=cfg["sudoku"]["size"], blanks=tuple(w["blanks"]), puzzles_per_blank=w["puzzles_per_blank"],
@@ -91,18 +90,20 @@ def main_fn(args: argparse.Namespace) -> int:
         extra = build_probe(cfg, Path(args.tokenizer), out)
         prov.write(out / "provenance.json", outputs=[out], extra={"model": extra})
         return 0
-    ws_threads = cfg["model"].get("warmstart", {}).get("threads")
+    from esopt.config import model_spec
+
+    m = model_spec(cfg, args.name)
+    ws_threads = m.get("warmstart", {}).get("threads")
     if ws_threads and not args.threads:
         torch.set_num_threads(ws_threads)  # the warm start's own, fixed thread count
     out = Path(args.out)
     prov = Provenance("build-model", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
-                      seeds={"warmstart": cfg["model"].get("warmstart", {}).get("seed")}, inputs=[args.config])
-    m = cfg["model"]
+                      seeds={"warmstart": m.get("warmstart", {}).get("seed")}, inputs=[args.config])
     if out.exists():
         shutil.rmtree(out)
     local = m.get("local_path")
     if m["source"] == "tiny":
-        extra = {"warmstart": build_tiny(cfg, out)}
+        extra = {"name": m["name"], "warmstart": build_tiny(cfg, m, out)}
     elif local:  # pre-staged weights stay where they are; out/ links to their files
         src = Path(local).expanduser().resolve()
         if not (src / "config.json").exists():
@@ -111,14 +112,14 @@ def main_fn(args: argparse.Namespace) -> int:
         for f in src.iterdir():
             if f.name not in ("provenance.json", "weights.sha256.json"):
                 (out / f.name).symlink_to(f)
-        extra = {"source": str(src)}
+        extra = {"name": m["name"], "source": str(src)}
         prov.inputs.append(str(src))
     else:
         from esopt.models.hub import download_snapshot
 
         hub = m["hub"]
         download_snapshot(hub["repo_id"], hub["revision"], out)
-        extra = {"repo_id": hub["repo_id"], "revision": hub["revision"]}
+        extra = {"name": m["name"], "repo_id": hub["repo_id"], "revision": hub["revision"]}
     from esopt.models.hub import weight_hashes
 
     hashes = weight_hashes(out)
@@ -132,6 +133,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="esopt build-model", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True)
     p.add_argument("--out", required=True, help="model directory to create (results/models/NAME)")
+    p.add_argument("--name", default=None, help="which model of the config to build: `model` (default) or one of population_study.models")
     p.add_argument("--probe", action="store_true", help="build the memory-probe model of the config's memory block instead")
     p.add_argument("--tokenizer", default=None, help="with --probe: directory whose tokenizer the probe uses")
     add_threads_arg(p)

@@ -7,6 +7,11 @@ DIR/budget.json     what the run used: episodes, tokens, FLOPs, wall clock
 DIR/trajectories/   sampled episodes (member 0) of the first, every 10th and last generation
 DIR/provenance.json
 A killed run leaves its progress in DIR/.resume/ and continues from there when rerun.
+
+--variant NAME runs an ablation of config es.variants (e.g. vanilla: constant σ).
+Under torchrun (WORLD_SIZE > 1) the population is sharded across ranks, one model
+replica each (esopt.es.distributed); rank 0 writes the outputs, and the run stops
+with an error if the replicas' final weights differ.
 """
 
 from __future__ import annotations
@@ -27,10 +32,11 @@ log = logging.getLogger("esopt.train_es")
 BENCHMARKS = ("sudoku",)
 
 
-def es_config(cfg: dict, population: int, seed: int):
+def es_config(cfg: dict, population: int, seed: int, horizon: int, variant: str | None = None):
+    from esopt.config import es_settings
     from esopt.es import ESConfig, SigmaSchedule
 
-    e = cfg["es"]
+    e = es_settings(cfg, horizon, variant)
     s = e["sigma"]
     sched = SigmaSchedule(s["schedule"], s["sigma0"], s.get("sigmaT"), e["generations"])
     return ESConfig(population=population, generations=e["generations"], alpha=e["alpha"], sigma=sched,
@@ -49,7 +55,13 @@ def metrics_line(rec) -> dict:
     }
 
 
-def es_budget(history, params: int, population: int, n_tasks: int, horizon: int, seed: int) -> dict:
+def method_name(variant: str | None) -> str:
+    """The method a run reports as: esopt, or es_VARIANT for an ablation."""
+    return f"es_{variant}" if variant else "esopt"
+
+
+def es_budget(history, params: int, population: int, n_tasks: int, horizon: int, seed: int,
+              method: str = "esopt") -> dict:
     """What the run used, from its history: episodes, tokens, model FLOPs (2N per token
     processed, forward only; the perturbation and update are O(N) per member, not per
     token, and left out), wall clock."""
@@ -59,7 +71,7 @@ def es_budget(history, params: int, population: int, n_tasks: int, horizon: int,
     flops = 2.0 * params * tokens["rollout_tokens"]
     n = max(len(gens), 1)
     return {
-        "method": "esopt", "algo": "es", "horizon": horizon, "seed": seed, "population": population,
+        "method": method, "algo": "es", "horizon": horizon, "seed": seed, "population": population,
         "planned": {"steps": history.run["es"]["generations"], "episodes_per_step": population * n_tasks},
         "steps": len(gens), "episodes": sum(len(g.rewards) for g in gens) * n_tasks, **tokens, "train_tokens": 0,
         "flops": flops, "flops_per_step": flops / n, "wall_s": wall, "wall_s_per_step": wall / n, "params": params,
@@ -72,6 +84,16 @@ def main_fn(args: argparse.Namespace) -> int:
         raise ValueError(f"--benchmark {args.benchmark!r}: expected one of {BENCHMARKS}")
     if args.horizon not in cfg["sudoku"]["horizons"]:
         log.warning("horizon %d is not in the config's sudoku.horizons %s", args.horizon, cfg["sudoku"]["horizons"])
+    from esopt.es.distributed import from_env
+
+    collective = from_env(args.backend)
+    try:
+        return train(args, cfg, collective)
+    finally:
+        collective.close()
+
+
+def train(args: argparse.Namespace, cfg: dict, collective) -> int:
     from esopt.agent.rollout import write_trajectories
     from esopt.es import ESTrainer
     from esopt.es.history import weights_sha256
@@ -80,10 +102,13 @@ def main_fn(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     resume_dir = out / ".resume"
-    resume_dir.mkdir(parents=True, exist_ok=True)
+    if collective.is_main:
+        resume_dir.mkdir(parents=True, exist_ok=True)
+    collective.barrier()
     model, tok = load_model_and_tokenizer(args.model)
     base_hash = weights_sha256(model)
-    es_cfg = es_config(cfg, args.population, args.seed)
+    es_cfg = es_config(cfg, args.population, args.seed, args.horizon, args.variant)
+    method = method_name(args.variant)
     spec = EpisodeSpec.from_config(cfg, args.horizon, cfg["es"]["member_decoding"])
     n_tasks = cfg["es"]["tasks_per_member"]
     prov = Provenance("train-es", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
@@ -110,13 +135,19 @@ def main_fn(args: argparse.Namespace) -> int:
 
     trainer = ESTrainer(
         model, es_cfg, fitness, history_path=resume_dir / "history.json",
-        run_info={"benchmark": args.benchmark, "horizon": args.horizon, "base_weights_sha256": base_hash,
+        run_info={"benchmark": args.benchmark, "horizon": args.horizon, "method": method, "base_weights_sha256": base_hash,
                   "episode": {k: v for k, v in vars(spec).items() if k != "sampling"} | {"sampling": vars(spec.sampling)},
                   "tasks_per_member": n_tasks},
-        on_generation=on_generation,
+        on_generation=on_generation, collective=collective,
     )
     history = trainer.run()
     history.final = {"weights_sha256": weights_sha256(model)}
+    replicas = collective.all_gather(history.final["weights_sha256"])
+    if len(set(replicas)) != 1:
+        raise RuntimeError(f"ES replicas diverged: final weight hashes by rank {replicas}")
+    if not collective.is_main:
+        collective.barrier()  # rank 0 publishes
+        return 0
 
     # Publish: every file is written atomically; history.json last-but-one, provenance last.
     with atomic_path(out / "model") as tmp:
@@ -127,12 +158,16 @@ def main_fn(args: argparse.Namespace) -> int:
         shutil.rmtree(out / "trajectories")
     shutil.copytree(traj_dir, out / "trajectories")
     write_text_atomic(out / "metrics.jsonl", "".join(json.dumps(metrics_line(r)) + "\n" for r in history.generations))
-    budget = es_budget(history, sum(p.numel() for p in model.parameters()), args.population, n_tasks, args.horizon, args.seed)
+    budget = es_budget(history, sum(p.numel() for p in model.parameters()), args.population, n_tasks, args.horizon, args.seed,
+                       method)
+    budget["ranks"] = collective.world_size
     write_json_atomic(out / "budget.json", budget)
     history.save(out / "history.json")
     prov.write(out / "provenance.json", outputs=[out / "model", out / "history.json", out / "metrics.jsonl", out / "budget.json"],
-               extra={"base_weights_sha256": base_hash, "final_weights_sha256": history.final["weights_sha256"]})
+               extra={"base_weights_sha256": base_hash, "final_weights_sha256": history.final["weights_sha256"],
+                      "ranks": {"world_size": collective.world_size, "replica_weights_sha256": replicas}})
     shutil.rmtree(resume_dir)
+    collective.barrier()
     log.info("done: %s", out)
     return 0
 
@@ -146,6 +181,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--model", required=True, help="base model directory (from `esopt build-model`)")
     p.add_argument("--out", required=True, help="training directory to create")
+    p.add_argument("--variant", default=None, help="an ablation of es.variants (default: Agentic ESOpt as configured)")
+    p.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"],
+                   help="torch.distributed backend under torchrun (auto: nccl with GPUs, else gloo)")
     add_threads_arg(p)
     add_provenance_args(p)
     return p

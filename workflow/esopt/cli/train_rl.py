@@ -110,7 +110,7 @@ def main_fn(args: argparse.Namespace) -> int:
     sampling = Sampling(do_sample=True, temperature=prof["temperature"], top_p=prof["top_p"], top_k=prof["top_k"],
                         max_new_tokens=cfg["agent"]["max_new_tokens"])
     rcfg = rl_config(cfg, args.algo, prof, args.seed)
-    critic = build_critic(policy, args.model, rcfg.critic) if args.algo == "ppo" else None
+    critic = build_critic(policy, args.model, rcfg.critic).to(policy.device) if args.algo == "ppo" else None
     method = method_name(args.algo, args.sampling)
     prov = Provenance("train-rl", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                       seeds={"rl": args.seed}, inputs=[args.config, args.model])

@@ -5,6 +5,10 @@ Each generation t:
   2. for each member: θ ← θ + σ_t·s_i·ε_i in place, R_i = fitness(same task batch), revert;
   3. R̂ = normalize(R); θ ← θ + (α/G) Σ_i R̂_i·s_i·ε_i, regenerated from seeds;
   4. history.json written atomically, so a killed run resumes exactly.
+
+With a `Collective` of several ranks (esopt.es.distributed) each rank evaluates its
+share of the members and the rewards are all-gathered; every rank applies the same
+update, only rank 0 writes the history.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any, Callable
 import torch
 from tqdm.auto import tqdm
 
+from esopt.es.distributed import Collective
 from esopt.es.history import GenerationRecord, History
 from esopt.es.normalize import normalize_rewards
 from esopt.es.perturb import Perturber
@@ -88,6 +93,7 @@ class ESTrainer:
     run_info: dict[str, Any] = field(default_factory=dict)  # e.g. base weight hash; checked on resume
     on_generation: Callable[[GenerationRecord], None] | None = None
     progress: bool = True
+    collective: Collective = field(default_factory=Collective)  # ranks sharing the population
 
     def __post_init__(self) -> None:
         self.perturber = Perturber(self.model)
@@ -121,15 +127,18 @@ class ESTrainer:
         sigma = self.cfg.sigma(t)
         seeds, signs = member_seeds(self.cfg, t)
         tseed = task_seed(self.cfg, t)
-        rewards, infos = [], []
-        for i, (seed, sign) in enumerate(zip(seeds, signs)):
-            self.perturber.apply(seed, sigma * sign)
+        mine: dict[int, tuple[float, dict[str, Any]]] = {}
+        for i in self.collective.members(self.cfg.population):
+            self.perturber.apply(seeds[i], sigma * signs[i])
             try:
-                r, info = self.fitness(Member(t, i, seed, sign, sigma, tseed))
+                r, info = self.fitness(Member(t, i, seeds[i], signs[i], sigma, tseed))
             finally:
                 self.perturber.revert()
-            rewards.append(float(r))
-            infos.append(info)
+            mine[i] = (float(r), info)
+        for part in self.collective.all_gather(mine):  # rewards are all that travels
+            mine.update(part)
+        rewards = [mine[i][0] for i in range(self.cfg.population)]
+        infos = [mine[i][1] for i in range(self.cfg.population)]
         z = normalize_rewards(rewards, self.cfg.normalization)
         rec = GenerationRecord(
             generation=t, sigma=sigma, alpha=self.cfg.alpha, task_seed=tseed, seeds=seeds,
@@ -144,13 +153,13 @@ class ESTrainer:
     def run(self) -> History:
         done = self.resume()
         bar = tqdm(range(done, self.cfg.generations), initial=done, total=self.cfg.generations,
-                   desc="ES generations", disable=not self.progress)
+                   desc="ES generations", disable=not (self.progress and self.collective.is_main))
         for t in bar:
             rec = self.step(t)
             self.history.generations.append(rec)
-            if self.history_path is not None:
+            if self.history_path is not None and self.collective.is_main:
                 self.history.save(self.history_path)
-            if self.on_generation is not None:
+            if self.on_generation is not None and self.collective.is_main:
                 self.on_generation(rec)
             bar.set_postfix(sigma=f"{rec.sigma:.2e}", mean_R=f"{sum(rec.rewards) / len(rec.rewards):.3f}")
         return self.history

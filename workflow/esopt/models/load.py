@@ -9,7 +9,16 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 
-def load_model_and_tokenizer(path: str | os.PathLike, dtype: str | None = None, device: str = "cpu"):
+def default_device() -> str:
+    """cuda:LOCAL_RANK when a GPU is visible (one GPU per torchrun rank), else cpu."""
+    if torch.cuda.is_available():
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    return "cpu"
+
+
+def load_model_and_tokenizer(path: str | os.PathLike, dtype: str | None = None, device: str | None = None):
+    """from_pretrained model (eval mode) and tokenizer (left padding); device None: default_device()."""
+    device = device or default_device()
     path = Path(path)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path} is not a model directory (no config.json); run `esopt build-model` first")
