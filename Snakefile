@@ -1,6 +1,7 @@
 # Agentic ESOpt reproduction pipeline. Default: the tiny CPU config.
 #   snakemake --cores all                                 (config/tiny.yaml)
-#   snakemake --cores all --configfile config/paper.yaml  (GPUs; see profiles/)
+#   snakemake --profile profiles/slurm --configfile config/paper.yaml   (GPUs via SLURM)
+#   snakemake --report results/report.zip                (figures, captions, provenance)
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -22,4 +23,8 @@ rule all:
     input:
         rules.report_sudoku.output,
         rules.report_methods.output,
+        rules.report_training_curves.output,
+        rules.report_wall_clock.output,
+        rules.report_sigma_ablation.output if ES_VARIANTS else [],
+        rules.report_population.output if STUDY else [],
         rules.report_memory.output if MEMORY_METHODS else [],

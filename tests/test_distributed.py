@@ -8,7 +8,6 @@ import sys
 import pytest
 import torch
 
-from conftest import SMOKE
 from test_cli import esopt, train_args, write_config
 
 from esopt.es import ESConfig, ESTrainer, SigmaSchedule

@@ -1,10 +1,15 @@
 """The Snakemake DAG on the smoke config: plan, run, nothing left to do, targeted reruns."""
 
+import hashlib
+import json
 import shutil
 import subprocess
 import sys
+import time
+import zipfile
 
 import pandas as pd
+import psutil
 import pytest
 
 from conftest import ROOT
@@ -22,6 +27,7 @@ def workdir(tmp_path_factory):
     shutil.copytree(ROOT / "config", wd / "config")
     shutil.copytree(ROOT / "envs", wd / "envs")
     shutil.copytree(ROOT / "workflow", wd / "workflow", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(ROOT / "notebooks", wd / "notebooks")
     return wd
 
 
@@ -45,13 +51,32 @@ def planned_jobs(res) -> dict[str, int]:
     return counts
 
 
+REPORTS = {f"report_{r}": 1 for r in ("sudoku", "methods", "training_curves", "population", "sigma_ablation",
+                                      "wall_clock", "memory")}
+
+
 def test_dry_run_plans_the_grid(workdir):
     jobs = planned_jobs(smk(workdir, "-n"))
-    # smoke grid: 2 horizons x 1 population x 1 seed, ES evaluated at every horizon;
-    # GRPO and PPO at 2 horizons x 1 seed, evaluated at their own; 4 memory probes
-    assert jobs == {"all": 1, "build_model": 1, "evaluate_base": 2, "evaluate_es": 4, "report_sudoku": 1, "train_es": 2,
-                    "train_rl": 4, "evaluate_rl": 4, "build_probe_model": 1, "memory": 4, "report_memory": 1,
-                    "report_methods": 1, "total": 26}
+    # smoke grid: 2 horizons x 1 population x 1 seed, ESOpt evaluated at every horizon;
+    # Vanilla ES at both horizons and sigma_T = 0 at H*=3, at their own horizon;
+    # population study at H*=3, G 2 and 4, two model sizes (main model G=4 is the main run);
+    # GRPO (T 0.7 and T 1) and PPO at 2 horizons x 1 seed; 4 memory probes
+    assert jobs == {"all": 1, "build_model": 2, "build_probe_model": 1, "evaluate_base": 3, "train_es": 8,
+                    "evaluate_es": 10, "train_rl": 6, "evaluate_rl": 6, "memory": 4, **REPORTS, "total": 48}
+
+
+def test_paper_config_plans_the_papers_grid(workdir):
+    res = subprocess.run([*SNAKEMAKE, "-n", "--configfile", "config/paper.yaml", "--cores", "1"],
+                         cwd=workdir, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    jobs = planned_jobs(res)
+    # Qwen3.5-4B at H* 5/10/15, 3 seeds: ESOpt (G=32, evaluated at every H*) 9 runs,
+    # Vanilla ES 9, sigma_T = 0 at H*=15 3; population study at H*=15: 4B at G 8/16
+    # (G=32 is the main run) 6, 9B at G 8/16/32 9 -> 36 ES runs; 54 ES evaluations
+    # (27 + 9 + 3 + 15); base 4B at 3 H*, 9B at H*=15; GRPO, GRPO T=1, PPO 27 runs.
+    assert jobs == {"all": 1, "build_model": 2, "evaluate_base": 4, "train_es": 36, "evaluate_es": 54,
+                    "train_rl": 27, "evaluate_rl": 27, "memory": 4, **REPORTS, "total": 162}
+    assert "--nproc-per-node 4" in res.stdout  # train_es runs under torchrun, 4 ranks (config distributed)
 
 
 def test_pipeline_runs_then_has_nothing_to_do(workdir):
@@ -62,31 +87,47 @@ def test_pipeline_runs_then_has_nothing_to_do(workdir):
     summary = pd.read_csv(workdir / "results/tables/sudoku_es_summary.csv")
     assert {"gain", "gain_se", "base_success", "success_mean"} <= set(summary.columns)
     methods = pd.read_csv(workdir / "results/tables/sudoku_methods.csv")
-    assert set(methods.method) == {"base", "esopt", "grpo", "ppo"} and len(methods) == 8
-    rl = methods[methods.method.isin(["grpo", "ppo"])]
+    assert methods.groupby("method").size().to_dict() == {
+        "base": 2, "esopt": 2, "es_vanilla": 2, "es_sigmaT0": 1, "grpo": 2, "grpo_t1": 2, "ppo": 2}
+    rl = methods[methods.method.isin(["grpo", "grpo_t1", "ppo"])]
     assert (rl.steps == 2).all() and (rl.episodes == 8).all() and (rl.train_tokens > 0).all()
     es = methods[methods.method == "esopt"]  # 3 generations x 4 members x 4 tasks, forward only
     assert (es.episodes == 48).all() and (es.train_tokens == 0).all() and (es.flops_per_step > 0).all()
     memory = pd.read_csv(workdir / "results/tables/memory.csv")
     assert list(memory.method) == ["inference", "es", "grpo", "ppo"] and (memory.peak_bytes > memory.model_state_bytes).all()
-    assert (workdir / "results/figures/horizon_crossover.png").stat().st_size > 10_000
+    for name in ("horizon_crossover", "training_curves", "population", "sigma_ablation", "wall_clock", "memory"):
+        assert (workdir / f"results/figures/{name}.png").stat().st_size > 10_000, name
+        assert len(pd.read_csv(workdir / f"results/tables/{name if name != 'horizon_crossover' else 'sudoku_methods'}.csv"))
+    # each figure's notebook, executed, kept as the log of its rule
+    executed = sorted(p.stem for p in (workdir / "results/notebooks").glob("*.ipynb"))
+    assert executed == sorted(["sudoku_horizon", "horizon_crossover", "training_curves", "population", "sigma_ablation",
+                               "wall_clock", "memory"])
+    population = pd.read_csv(workdir / "results/tables/population.csv")
+    assert set(population.model) == {"smoke-qwen35", "smoke-qwen35-wide"} and set(population.population) == {2, 4}
     assert "Nothing to be done" in (r := smk(workdir, "-n")).stdout + r.stderr
+
+
+def test_report_bundles_figures_captions_and_provenance(workdir):
+    smk(workdir)
+    smk(workdir, "--report", "results/report.zip")
+    with zipfile.ZipFile(workdir / "results/report.zip") as z:
+        names = z.namelist()
+    for name in ("horizon_crossover", "training_curves", "population", "sigma_ablation", "wall_clock", "memory"):
+        assert any(n.endswith(f"{name}.png") for n in names), name
 
 
 def test_editing_a_module_reruns_only_the_rules_that_use_it(workdir):
     smk(workdir)  # up to date (no-op when the previous test ran)
     edit = lambda path: path.write_text(path.read_text() + "\n# an edit\n")  # Snakemake compares checksums, not only mtimes
-    edit(workdir / "workflow/esopt/report/sudoku.py")  # the methods and memory reports build on it
-    assert planned_jobs(smk(workdir, "-n")) == {"all": 1, "report_sudoku": 1, "report_methods": 1, "report_memory": 1, "total": 4}
+    edit(workdir / "workflow/esopt/report/sudoku.py")  # every report builds on esopt.report
+    assert planned_jobs(smk(workdir, "-n")) == {"all": 1, **REPORTS, "total": 8}
     edit(workdir / "workflow/esopt/rl/losses.py")
     assert planned_jobs(smk(workdir, "-n")) == {
-        "all": 1, "train_rl": 4, "evaluate_rl": 4, "memory": 4, "report_sudoku": 1, "report_methods": 1,
-        "report_memory": 1, "total": 16}
+        "all": 1, "train_rl": 6, "evaluate_rl": 6, "memory": 4, **REPORTS, "total": 24}
     smk(workdir)
     edit(workdir / "workflow/esopt/es/perturb.py")
     jobs = planned_jobs(smk(workdir, "-n"))
-    assert jobs == {"all": 1, "evaluate_es": 4, "report_sudoku": 1, "train_es": 2, "memory": 4, "report_methods": 1,
-                    "report_memory": 1, "total": 14}
+    assert jobs == {"all": 1, "train_es": 8, "evaluate_es": 10, "memory": 4, **REPORTS, "total": 30}
 
 
 def test_a_config_edit_reruns_only_the_rules_whose_section_changed(workdir):
@@ -94,4 +135,72 @@ def test_a_config_edit_reruns_only_the_rules_whose_section_changed(workdir):
     cfg = workdir / "config/smoke.yaml"
     cfg.write_text(cfg.read_text().replace("  lr: 1.0e-4\n", "  lr: 2.0e-4\n"))  # rl.lr
     assert planned_jobs(smk(workdir, "-n")) == {
-        "all": 1, "train_rl": 4, "evaluate_rl": 4, "memory": 4, "report_methods": 1, "report_memory": 1, "total": 15}
+        "all": 1, "train_rl": 6, "evaluate_rl": 6, "memory": 4, "report_methods": 1, "report_wall_clock": 1,
+        "report_memory": 1, "total": 20}
+
+
+# Files that record time (wall clock, dates, peak memory) and so differ between any two runs.
+TIMED = {"provenance.json", "budget.json", "metrics.jsonl", "history.json"}
+
+
+def result_hashes(wd):
+    """sha256 of every result file that holds no timing; history.json without its wall_s."""
+    out = {}
+    for f in sorted((wd / "results").rglob("*")):
+        rel = f.relative_to(wd / "results")
+        if not f.is_file() or rel.parts[0] == "logs" or ".resume" in rel.parts:
+            continue
+        if f.name == "history.json":
+            h = json.loads(f.read_text())
+            data = json.dumps([{k: v for k, v in g.items() if k != "wall_s"} for g in h["generations"]] + [h["final"]])
+            out[str(rel)] = hashlib.sha256(data.encode()).hexdigest()
+        elif f.name not in TIMED:
+            out[str(rel)] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return out
+
+
+def test_killed_pipeline_resumes_to_the_same_results(tmp_path_factory):
+    """Kill snakemake (and its jobs) during ES training; `--unlock` then `--rerun-incomplete`
+    finishes with the same result files as an uninterrupted run."""
+    target = ["results/tables/sudoku_es.csv"]  # base model, ES runs, their evaluations
+    runs = {}
+    for name in ("killed", "uninterrupted"):
+        wd = tmp_path_factory.mktemp(name)
+        for f in ("Snakefile",):
+            shutil.copy(ROOT / f, wd)
+        shutil.copytree(ROOT / "envs", wd / "envs")
+        shutil.copytree(ROOT / "workflow", wd / "workflow", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        shutil.copytree(ROOT / "notebooks", wd / "notebooks")
+        (wd / "config").mkdir()
+        cfg = (ROOT / "config/smoke.yaml").read_text().replace("  generations: 3\n", "  generations: 30\n")
+        (wd / "config/smoke.yaml").write_text(cfg)
+        runs[name] = wd
+    wd = runs["killed"]
+    proc = subprocess.Popen([*SNAKEMAKE, "--configfile", "config/smoke.yaml", "--cores", "2", *target], cwd=wd,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    in_training = lambda: any(json.loads(p.read_text() or "{}").get("generations")
+                              for p in wd.glob("results/train/es/*/sudoku/*/.resume/history.json"))
+    while proc.poll() is None and time.time() < deadline:
+        try:
+            if in_training():
+                break
+        except json.JSONDecodeError:
+            pass
+        time.sleep(0.05)
+    assert proc.poll() is None, "the pipeline ended before it could be killed"
+    tree = [proc, *psutil.Process(proc.pid).children(recursive=True)]
+    for p in tree:  # snakemake and every job it started, as when a node dies
+        p.kill()
+    psutil.wait_procs([psutil.Process(p.pid) for p in tree if psutil.pid_exists(p.pid)], timeout=30)
+    assert not (wd / "results/tables/sudoku_es.csv").exists()
+
+    subprocess.run([*SNAKEMAKE, "--configfile", "config/smoke.yaml", "--unlock"], cwd=wd, check=True, capture_output=True)
+    res = subprocess.run([*SNAKEMAKE, "--configfile", "config/smoke.yaml", "--cores", "2", "--rerun-incomplete", *target],
+                         cwd=wd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    subprocess.run([*SNAKEMAKE, "--configfile", "config/smoke.yaml", "--cores", "2", *target], cwd=runs["uninterrupted"],
+                   check=True, capture_output=True)
+    killed, fresh = result_hashes(wd), result_hashes(runs["uninterrupted"])
+    assert any("/model/model.safetensors" in k for k in fresh) and any(k.startswith("eval/") for k in fresh)
+    assert killed == fresh

@@ -5,7 +5,7 @@
 rule train_rl:
     input:
         config=ancient(CONFIGFILE),  # reruns follow the config sections in params
-        model=rules.build_model.output.model,
+        model=f"{R}/models/{MODEL}",
         code=code("rl", "agent/rollout.py", "agent/tokens.py", "envs/sudoku.py", "models/load.py", "es/history.py", "cli/train_rl.py"),
     output:
         model=directory(f"{R}/train/{{method}}/{MODEL}/sudoku/h{{horizon}}_s{{seed}}/model"),
@@ -34,7 +34,7 @@ rule train_rl:
 rule build_probe_model:
     input:
         config=ancient(CONFIGFILE),  # reruns follow the config sections in params
-        tokenizer=rules.build_model.output.model,
+        tokenizer=f"{R}/models/{MODEL}",
         code=code("models", "cli/build_model.py"),
     output:
         model=directory(f"{R}/models/{MODEL}-probe"),

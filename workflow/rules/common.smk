@@ -1,5 +1,7 @@
 # Config loading, target lists and helpers shared by the rules.
 import json
+import re
+import sys
 from pathlib import Path
 
 import yaml
@@ -22,8 +24,13 @@ config.update(yaml.safe_load(open(CONFIGFILE)))
 
 validate(config, "../schemas/config.schema.yaml")
 
+# The package beside this Snakefile (also what `pip install -e .` installs).
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+from esopt.config import ES_GRID_KEYS, all_models, es_settings  # noqa: E402
+
 R = "results"
-MODEL = config["model"]["name"]
+MODEL = config["model"]["name"]  # the main model: every method x horizon
+MODELS = {m["name"]: m for m in all_models(config)}  # plus the population study's sizes
 HORIZONS = config["sudoku"]["horizons"]
 POPULATIONS = config["es"]["populations"]
 SEEDS = config["es"]["seeds"]
@@ -32,13 +39,38 @@ LOGS = f"{R}/logs"
 # What a single job depends on: the grid lists (horizons, populations, seeds) are
 # wildcards, so extending the grid does not rerun the jobs already done.
 SUDOKU = {k: v for k, v in config["sudoku"].items() if k != "horizons"}
-ES = {k: v for k, v in config["es"].items() if k not in ("populations", "seeds")}
+
+# ES runs: Agentic ESOpt ("es") and its ablations ("es_NAME", config es.variants).
+ES_VARIANTS = config["es"].get("variants") or {}
+ES_METHODS = {"es": None, **{f"es_{name}": name for name in ES_VARIANTS}}
+# the method name ES runs report as (eval meta, budget.json)
+ES_REPORTED = {"es": "esopt", **{f"es_{name}": f"es_{name}" for name in ES_VARIANTS}}
+STUDY = config.get("population_study") or {}
+ES = {k: v for k, v in config["es"].items() if k not in ES_GRID_KEYS}  # what `esopt memory` uses
+
+
+# How train-es starts: one process, or torchrun with one model replica per rank (the
+# results are the same either way, so `distributed` is not a rerun trigger).
+DIST = config.get("distributed") or {}
+ES_RANKS = DIST.get("ranks", 1)
+ES_GPUS = ES_RANKS * DIST.get("gpus_per_rank", 0)
+ES_LAUNCH = "esopt" if ES_RANKS == 1 else (
+    f"python -m torch.distributed.run --standalone --nproc-per-node {ES_RANKS} -m esopt.cli.main"
+)
+
+
+def es_params(wildcards):
+    """The es settings of one run: es, es.by_horizon[H*], es.variants[variant]."""
+    return es_settings(config, int(wildcards.horizon), ES_METHODS[wildcards.es_method])
+
 
 wildcard_constraints:
     horizon=r"\d+",
     eval_horizon=r"\d+",
     population=r"\d+",
     seed=r"\d+",
+    model="|".join(map(re.escape, MODELS)),
+    es_method="|".join(ES_METHODS),
 
 
 def code(*parts):
@@ -56,20 +88,37 @@ def wildcards_json(wildcards):
     return json.dumps(dict(wildcards)).replace('"', '\\"')
 
 
-def es_runs():
-    """Training directories of the grid: horizons x population sizes x seeds."""
-    return expand(
-        f"{R}/train/es/{MODEL}/sudoku/h{{horizon}}_g{{population}}_s{{seed}}",
-        horizon=HORIZONS, population=POPULATIONS, seed=SEEDS,
-    )
+def es_dir(es_method, model, horizon, population, seed):
+    return f"{R}/train/{es_method}/{model}/sudoku/h{horizon}_g{population}_s{seed}"
+
+
+def es_eval(es_method, model, horizon, population, seed, eval_horizon):
+    return f"{R}/eval/{model}/{es_method}/h{horizon}_g{population}_s{seed}/h{eval_horizon}.json"
+
+
+def variant_horizons(name):
+    return ES_VARIANTS[name].get("horizons") or HORIZONS
+
+
+def main_es_runs(largest_population=False):
+    """(es_method, model, H*, G, seed) of the main grid: ESOpt at every horizon and
+    population, the ablations at their horizons."""
+    pops = [max(POPULATIONS)] if largest_population else POPULATIONS
+    runs = [("es", MODEL, h, g, s) for h in HORIZONS for g in pops for s in SEEDS]
+    runs += [(f"es_{v}", MODEL, h, g, s) for v in ES_VARIANTS for h in variant_horizons(v) for g in pops for s in SEEDS]
+    return runs
+
+
+def study_runs():
+    """(es_method, model, H*, G, seed) of the population study (every model size)."""
+    return [("es", m, h, g, s) for m in MODELS for h in STUDY.get("horizons", [])
+            for g in STUDY.get("populations", []) for s in SEEDS]
 
 
 def all_evaluations():
+    """Base and Agentic ESOpt of the main grid, each ESOpt model at every horizon."""
     base = expand(f"{R}/eval/{MODEL}/base/h{{eval_horizon}}.json", eval_horizon=HORIZONS)
-    es = expand(
-        f"{R}/eval/{MODEL}/es/h{{horizon}}_g{{population}}_s{{seed}}/h{{eval_horizon}}.json",
-        horizon=HORIZONS, population=POPULATIONS, seed=SEEDS, eval_horizon=HORIZONS,
-    )
+    es = [es_eval("es", MODEL, h, g, s, e) for h in HORIZONS for g in POPULATIONS for s in SEEDS for e in HORIZONS]
     return base + es
 
 
@@ -98,12 +147,39 @@ def rl_evaluations():
 
 
 def training_budgets():
-    es = expand(f"{R}/train/es/{MODEL}/sudoku/h{{horizon}}_g{{population}}_s{{seed}}/budget.json",
-                horizon=HORIZONS, population=max(POPULATIONS), seed=SEEDS)
+    """budget.json of the main grid's runs at the largest population, and of RL."""
+    es = [es_dir(*run) + "/budget.json" for run in main_es_runs(largest_population=True)]
     rl = expand(f"{R}/train/{{method}}/{MODEL}/sudoku/h{{horizon}}_s{{seed}}/budget.json",
                 method=RL_METHODS, horizon=HORIZONS, seed=RL_SEEDS)
     return es + rl
 
 
+def methods_evaluations():
+    """Every method of the main grid at its training horizon (ES at the largest population)."""
+    base = expand(f"{R}/eval/{MODEL}/base/h{{h}}.json", h=HORIZONS)
+    es = [es_eval(m, model, h, g, s, h) for m, model, h, g, s in main_es_runs(largest_population=True)]
+    return base + es + rl_evaluations()
+
+
+def study_evaluations():
+    """Population study: each run at its training horizon, and each base model there."""
+    es = [es_eval(m, model, h, g, s, h) for m, model, h, g, s in study_runs()]
+    base = [f"{R}/eval/{m}/base/h{h}.json" for m in MODELS for h in STUDY.get("horizons", [])]
+    return base + es
+
+
+# The sigma ablation is drawn at the largest horizon an ablation was run at.
+ABLATION_HORIZON = max([h for v in ES_VARIANTS for h in variant_horizons(v)] or HORIZONS)
+
+
+def ablation_evaluations():
+    h = ABLATION_HORIZON
+    return [es_eval(m, model, hh, g, s, h) for m, model, hh, g, s in main_es_runs(largest_population=True) if hh == h]
+
+
+def reference(section):
+    return (config.get("reference") or {}).get(section) or {}
+
+
 def reference_json():
-    return json.dumps(config.get("reference") or {}).replace('"', '\\"')
+    return json.dumps(reference("sudoku")).replace('"', '\\"')

@@ -1,21 +1,21 @@
 # Stage 3: held-out evaluation of the base and every trained model at every H*.
 
 
-# The base model at one horizon.
+# A base model at one horizon.
 rule evaluate_base:
     input:
         config=ancient(CONFIGFILE),  # reruns follow the config sections in params
-        model=rules.build_model.output.model,
+        model=f"{R}/models/{{model}}",
         code=code("eval/episodes.py", "agent/rollout.py", "envs/sudoku.py", "models/load.py", "cli/evaluate.py"),
     output:
-        summary=f"{R}/eval/{MODEL}/base/h{{eval_horizon}}.json",
+        summary=f"{R}/eval/{{model}}/base/h{{eval_horizon}}.json",
     params:
         evaluate=config["evaluate"],
         sudoku=SUDOKU,
         agent=config["agent"],
-        meta=lambda wc: json.dumps({"method": "base"}).replace('"', '\\"'),
+        meta=lambda wc: json.dumps({"method": "base", "model": wc.model}).replace('"', '\\"'),
     log:
-        f"{LOGS}/evaluate_base/h{{eval_horizon}}.log",
+        f"{LOGS}/evaluate_base/{{model}}_h{{eval_horizon}}.log",
     threads: config["threads"]
     conda:
         "../../envs/esopt.yaml"
@@ -32,15 +32,15 @@ rule evaluate_es:
         model=rules.train_es.output.model,
         code=code("eval/episodes.py", "agent/rollout.py", "envs/sudoku.py", "models/load.py", "cli/evaluate.py"),
     output:
-        summary=f"{R}/eval/{MODEL}/es/h{{horizon}}_g{{population}}_s{{seed}}/h{{eval_horizon}}.json",
+        summary=f"{R}/eval/{{model}}/{{es_method}}/h{{horizon}}_g{{population}}_s{{seed}}/h{{eval_horizon}}.json",
     params:
         evaluate=config["evaluate"],
         sudoku=SUDOKU,
         agent=config["agent"],
-        meta=lambda wc: json.dumps({"method": "esopt", "train_horizon": int(wc.horizon),
+        meta=lambda wc: json.dumps({"method": ES_REPORTED[wc.es_method], "model": wc.model, "train_horizon": int(wc.horizon),
                                     "population": int(wc.population), "seed": int(wc.seed)}).replace('"', '\\"'),
     log:
-        f"{LOGS}/evaluate_es/h{{horizon}}_g{{population}}_s{{seed}}_e{{eval_horizon}}.log",
+        f"{LOGS}/evaluate_es/{{es_method}}_{{model}}_h{{horizon}}_g{{population}}_s{{seed}}_e{{eval_horizon}}.log",
     threads: config["threads"]
     conda:
         "../../envs/esopt.yaml"
@@ -62,7 +62,7 @@ rule evaluate_rl:
         evaluate=config["evaluate"],
         sudoku=SUDOKU,
         agent=config["agent"],
-        meta=lambda wc: json.dumps({"method": wc.method, "train_horizon": int(wc.horizon),
+        meta=lambda wc: json.dumps({"method": wc.method, "model": MODEL, "train_horizon": int(wc.horizon),
                                     "seed": int(wc.seed)}).replace('"', '\\"'),
     log:
         f"{LOGS}/evaluate_rl/{{method}}_h{{horizon}}_s{{seed}}.log",

@@ -1,23 +1,24 @@
-# Stage 1: the base model every other rule loads with from_pretrained.
+# Stage 1: the base models every other rule loads with from_pretrained.
 
 
-# Build the tiny model (tokenizer + warm start) or fetch/stage the hub model.
+# Build a tiny model (tokenizer + warm start) or fetch/stage a hub model: `model`, or one
+# of the population study's extra sizes.
 rule build_model:
     input:
         config=ancient(CONFIGFILE),  # reruns follow the config sections in params
         code=code("models", "envs/sudoku.py", "agent/rollout.py", "cli/build_model.py"),
     output:
-        model=directory(f"{R}/models/{MODEL}"),
+        model=directory(f"{R}/models/{{model}}"),
     params:
-        model=config["model"],
+        model=lambda wc: MODELS[wc.model],
         sudoku=SUDOKU,
         agent=config["agent"],
     log:
-        f"{LOGS}/build_model/{MODEL}.log",
+        f"{LOGS}/build_model/{{model}}.log",
     # A fixed thread count (not --cores) keeps the warm start bit-reproducible.
-    threads: config["model"].get("warmstart", {}).get("threads", config["threads"])
+    threads: lambda wc: MODELS[wc.model].get("warmstart", {}).get("threads", config["threads"])
     conda:
         "../../envs/esopt.yaml"
     shell:
-        "esopt build-model --config {input.config} --out {output.model} "
+        "esopt build-model --config {input.config} --name {wildcards.model} --out {output.model} "
         "--rule {rule} > {log} 2>&1"

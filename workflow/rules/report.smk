@@ -1,73 +1,170 @@
-# Stage 4: tables and figures.
+# Stage 4: tables and figures. Each figure is drawn by a papermill-executed notebook in
+# notebooks/ (parameters in its `parameters` cell); the executed notebook is kept as the
+# rule's log, so a reader can open it, see every intermediate table, and rerun it.
 
 
-# Base vs Agentic ESOpt on held-out Sudoku across horizons.
+def papermill_params(**params):
+    """A notebook's parameters as one shell-quoted YAML argument (papermill -y)."""
+    def render(wildcards, input, output):
+        values = {k: (v(input, output) if callable(v) else v) for k, v in params.items()}
+        return yaml.safe_dump(values, default_flow_style=True, width=1_000_000).strip()
+    return render
+
+
+def notebook(name):
+    return str(Path(workflow.basedir) / "notebooks" / f"{name}.ipynb")
+
+
+PAPERMILL = "papermill {input.notebook} {log.notebook} -k python3 --cwd . -y {params.nb:q} > {log.stdout} 2>&1"
+TITLE = f"{config['name']}: {MODEL}, {config['sudoku']['size']}x{config['sudoku']['size']} Sudoku"
+
+
+# Base vs Agentic ESOpt on held-out Sudoku across horizons (train H* x eval H*).
 rule report_sudoku:
     input:
         evals=all_evaluations(),
-        code=code("report", "cli/report_sudoku.py"),
+        notebook=notebook("sudoku_horizon"),
+        code=code("report"),
     output:
-        table=f"{R}/tables/sudoku_es.csv",
+        table=report(f"{R}/tables/sudoku_es.csv", caption="../report/sudoku_horizon.rst", category="Sudoku"),
         summary=f"{R}/tables/sudoku_es_summary.csv",
-        figure=report(
-            f"{R}/figures/sudoku_horizon.png",
-            caption="../report/sudoku_horizon.rst",
-            category="Sudoku",
-        ),
+        figure=report(f"{R}/figures/sudoku_horizon.png", caption="../report/sudoku_horizon.rst", category="Sudoku"),
     params:
-        title=f"{config['name']}: {MODEL}, {config['sudoku']['size']}x{config['sudoku']['size']} Sudoku",
+        nb=papermill_params(evals=lambda i, o: list(i.evals), table=lambda i, o: o.table, summary=lambda i, o: o.summary,
+                            figure=lambda i, o: o.figure, title=TITLE),
     log:
-        f"{LOGS}/report_sudoku.log",
+        notebook=f"{R}/notebooks/sudoku_horizon.ipynb",
+        stdout=f"{LOGS}/report_sudoku.log",
     conda:
         "../../envs/esopt.yaml"
     shell:
-        "esopt report-sudoku {input.evals} --table {output.table} --summary {output.summary} "
-        "--figure {output.figure} --title '{params.title}' > {log} 2>&1"
+        PAPERMILL
 
 
-# Base vs Agentic PPO / GRPO / ESOpt by horizon, with the budget each run used.
+# Base vs Agentic PPO / GRPO / Vanilla ES / ESOpt by horizon, with each run's budget.
 rule report_methods:
     input:
-        evals=expand(f"{R}/eval/{MODEL}/base/h{{h}}.json", h=HORIZONS)
-        + expand(f"{R}/eval/{MODEL}/es/h{{h}}_g{{g}}_s{{s}}/h{{h}}.json", h=HORIZONS, g=max(POPULATIONS), s=SEEDS)
-        + rl_evaluations(),
+        evals=methods_evaluations(),
         budgets=training_budgets(),
-        code=code("report", "cli/report_methods.py"),
+        notebook=notebook("horizon_crossover"),
+        code=code("report"),
     output:
-        table=f"{R}/tables/sudoku_methods.csv",
-        figure=report(
-            f"{R}/figures/horizon_crossover.png",
-            caption="../report/horizon_crossover.rst",
-            category="Sudoku",
-        ),
+        table=report(f"{R}/tables/sudoku_methods.csv", caption="../report/horizon_crossover.rst", category="Sudoku"),
+        figure=report(f"{R}/figures/horizon_crossover.png", caption="../report/horizon_crossover.rst", category="Sudoku"),
     params:
-        title=f"{config['name']}: {MODEL}, {config['sudoku']['size']}x{config['sudoku']['size']} Sudoku",
-        population=max(POPULATIONS),
-        reference=reference_json(),
+        nb=papermill_params(evals=lambda i, o: list(i.evals), budgets=lambda i, o: list(i.budgets),
+                            population=max(POPULATIONS), reference=reference("sudoku"), table=lambda i, o: o.table,
+                            figure=lambda i, o: o.figure, title=TITLE),
     log:
-        f"{LOGS}/report_methods.log",
+        notebook=f"{R}/notebooks/horizon_crossover.ipynb",
+        stdout=f"{LOGS}/report_methods.log",
     conda:
         "../../envs/esopt.yaml"
     shell:
-        "esopt report-methods {input.evals} --budgets {input.budgets} --population {params.population} "
-        "--reference \"{params.reference}\" --table {output.table} --figure {output.figure} "
-        "--title '{params.title}' > {log} 2>&1"
+        PAPERMILL
+
+
+# Mean reward and success per generation, with sigma_t, for ESOpt and its ablations.
+rule report_training_curves:
+    input:
+        metrics=[es_dir(*run) + "/metrics.jsonl" for run in main_es_runs(largest_population=True)],
+        notebook=notebook("training_curves"),
+        code=code("report"),
+    output:
+        table=report(f"{R}/tables/training_curves.csv", caption="../report/training_curves.rst", category="Training"),
+        figure=report(f"{R}/figures/training_curves.png", caption="../report/training_curves.rst", category="Training"),
+    params:
+        nb=papermill_params(runs=lambda i, o: [str(Path(m).parent) for m in i.metrics], table=lambda i, o: o.table,
+                            figure=lambda i, o: o.figure, title=TITLE),
+    log:
+        notebook=f"{R}/notebooks/training_curves.ipynb",
+        stdout=f"{LOGS}/report_training_curves.log",
+    conda:
+        "../../envs/esopt.yaml"
+    shell:
+        PAPERMILL
+
+
+# Final success vs population size G, one line per model size.
+rule report_population:
+    input:
+        evals=study_evaluations(),
+        notebook=notebook("population"),
+        code=code("report"),
+    output:
+        table=report(f"{R}/tables/population.csv", caption="../report/population.rst", category="Population"),
+        figure=report(f"{R}/figures/population.png", caption="../report/population.rst", category="Population"),
+    params:
+        nb=papermill_params(evals=lambda i, o: list(i.evals), reference=reference("population"),
+                            table=lambda i, o: o.table, figure=lambda i, o: o.figure, title=TITLE),
+    log:
+        notebook=f"{R}/notebooks/population.ipynb",
+        stdout=f"{LOGS}/report_population.log",
+    conda:
+        "../../envs/esopt.yaml"
+    shell:
+        PAPERMILL
+
+
+# Cosine sigma vs sigma_T = 0 vs constant sigma at the ablation horizon.
+rule report_sigma_ablation:
+    input:
+        evals=ablation_evaluations(),
+        notebook=notebook("sigma_ablation"),
+        code=code("report"),
+    output:
+        table=report(f"{R}/tables/sigma_ablation.csv", caption="../report/sigma_ablation.rst", category="Ablation"),
+        figure=report(f"{R}/figures/sigma_ablation.png", caption="../report/sigma_ablation.rst", category="Ablation"),
+    params:
+        nb=papermill_params(evals=lambda i, o: list(i.evals), horizon=ABLATION_HORIZON,
+                            reference=reference("sigma_ablation"), table=lambda i, o: o.table,
+                            figure=lambda i, o: o.figure, title=TITLE),
+    log:
+        notebook=f"{R}/notebooks/sigma_ablation.ipynb",
+        stdout=f"{LOGS}/report_sigma_ablation.log",
+    conda:
+        "../../envs/esopt.yaml"
+    shell:
+        PAPERMILL
+
+
+# Wall clock of every training run by method and horizon.
+rule report_wall_clock:
+    input:
+        budgets=training_budgets(),
+        notebook=notebook("wall_clock"),
+        code=code("report"),
+    output:
+        table=report(f"{R}/tables/wall_clock.csv", caption="../report/wall_clock.rst", category="Cost"),
+        figure=report(f"{R}/figures/wall_clock.png", caption="../report/wall_clock.rst", category="Cost"),
+    params:
+        nb=papermill_params(budgets=lambda i, o: list(i.budgets), reference=reference("wall_clock_h"),
+                            table=lambda i, o: o.table, figure=lambda i, o: o.figure, title=TITLE),
+    log:
+        notebook=f"{R}/notebooks/wall_clock.ipynb",
+        stdout=f"{LOGS}/report_wall_clock.log",
+    conda:
+        "../../envs/esopt.yaml"
+    shell:
+        PAPERMILL
 
 
 # Peak training memory per method, measured, beside the paper's ratio.
 rule report_memory:
     input:
         memory=expand(f"{R}/memory/{PROBE}/{{m}}.json", m=MEMORY_METHODS),
-        code=code("report", "cli/report_memory.py"),
+        notebook=notebook("memory"),
+        code=code("report"),
     output:
-        table=f"{R}/tables/memory.csv",
-        figure=report(f"{R}/figures/memory.png", caption="../report/memory.rst", category="Memory"),
+        table=report(f"{R}/tables/memory.csv", caption="../report/memory.rst", category="Cost"),
+        figure=report(f"{R}/figures/memory.png", caption="../report/memory.rst", category="Cost"),
     params:
-        title=f"{config['name']}: one training step, {PROBE}",
+        nb=papermill_params(memory=lambda i, o: list(i.memory), table=lambda i, o: o.table,
+                            figure=lambda i, o: o.figure, title=f"{config['name']}: one training step, {PROBE}"),
     log:
-        f"{LOGS}/report_memory.log",
+        notebook=f"{R}/notebooks/memory.ipynb",
+        stdout=f"{LOGS}/report_memory.log",
     conda:
         "../../envs/esopt.yaml"
     shell:
-        "esopt report-memory {input.memory} --table {output.table} --figure {output.figure} "
-        "--title '{params.title}' > {log} 2>&1"
+        PAPERMILL

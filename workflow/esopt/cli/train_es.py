@@ -86,7 +86,7 @@ def main_fn(args: argparse.Namespace) -> int:
         log.warning("horizon %d is not in the config's sudoku.horizons %s", args.horizon, cfg["sudoku"]["horizons"])
     from esopt.es.distributed import from_env
 
-    collective = from_env(args.backend)
+    collective = from_env(args.backend or (cfg.get("distributed") or {}).get("backend", "auto"))
     try:
         return train(args, cfg, collective)
     finally:
@@ -182,8 +182,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="base model directory (from `esopt build-model`)")
     p.add_argument("--out", required=True, help="training directory to create")
     p.add_argument("--variant", default=None, help="an ablation of es.variants (default: Agentic ESOpt as configured)")
-    p.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"],
-                   help="torch.distributed backend under torchrun (auto: nccl with GPUs, else gloo)")
+    p.add_argument("--backend", default=None, choices=["auto", "gloo", "nccl"],
+                   help="torch.distributed backend under torchrun (default: the config's distributed.backend, auto: "
+                        "nccl with GPUs, else gloo)")
     add_threads_arg(p)
     add_provenance_args(p)
     return p

@@ -16,14 +16,14 @@ from esopt.io import atomic_path
 
 # Drawing order, legend labels and styles; methods not listed here are drawn after, in
 # matplotlib's colour cycle, under their own name.
-METHODS = ["base", "ppo", "grpo", "grpo_t1", "esopt"]
+METHODS = ["base", "ppo", "grpo", "grpo_t1", "es_vanilla", "es_sigmaT0", "esopt"]
 LABELS = {
     "base": "base", "ppo": "Agentic PPO", "grpo": "Agentic GRPO (T 0.7)", "grpo_t1": "Agentic GRPO (T 1)",
-    "esopt": "Agentic ESOpt",
+    "es_vanilla": "Vanilla ES (constant σ)", "es_sigmaT0": "ESOpt, σ_T = 0", "esopt": "Agentic ESOpt",
 }
 STYLES = {
     "base": ("0.45", "o"), "ppo": ("tab:orange", "^"), "grpo": ("tab:green", "D"), "grpo_t1": ("tab:olive", "v"),
-    "esopt": ("tab:blue", "s"),
+    "es_vanilla": ("tab:purple", "P"), "es_sigmaT0": ("tab:cyan", "X"), "esopt": ("tab:blue", "s"),
 }
 # a budget file without a "method" names its algorithm only
 ALGO_METHOD = {"es": "esopt", "grpo": "grpo", "ppo": "ppo"}
@@ -90,6 +90,43 @@ def parse_reference(text: str | Mapping | None) -> dict[str, dict[int, float]]:
 def _method_order(methods) -> list[str]:
     methods = list(dict.fromkeys(methods))
     return [m for m in METHODS if m in methods] + sorted(m for m in methods if m not in METHODS)
+
+
+def method_order(methods) -> list[str]:
+    """The methods given, once each, in drawing order (METHODS first, then by name)."""
+    return _method_order(methods)
+
+
+def series_colors(methods: Sequence[str]) -> list[Any]:
+    """A colour per series, given each series' method in drawing order: the method's
+    colour (STYLES; unlisted methods take the colour cycle), lighter for its earlier
+    series when a method has several (e.g. smaller populations), the last at full
+    strength."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgb
+
+    cycle = iter(plt.rcParams["axes.prop_cycle"].by_key()["color"][::-1])
+    base = {m: STYLES[m][0] if m in STYLES else next(cycle, "k") for m in dict.fromkeys(methods)}
+    count = {m: list(methods).count(m) for m in base}
+    seen: dict[str, int] = {}
+    out = []
+    for m in methods:
+        k = seen.get(m, 0)
+        seen[m] = k + 1
+        n = count[m]
+        white = 0.6 * (n - 1 - k) / (n - 1) if n > 1 else 0.0
+        out.append(tuple(c + (1 - c) * white for c in to_rgb(base[m])))
+    return out
+
+
+def series_label(method: str, population: Any = None, model: Any = None) -> str:
+    """Legend label of one line: the method's label, then "G=…" and the model where given."""
+    label = LABELS.get(method, method)
+    if population is not None and not pd.isna(population):
+        label += f", G={int(population)}"
+    if model is not None and not pd.isna(model):
+        label += f" ({model})"
+    return label
 
 
 def methods_table(evals: pd.DataFrame, budgets: pd.DataFrame | None = None,

@@ -1,0 +1,393 @@
+"""The report notebooks (notebooks/*.ipynb) and the library functions they call, on a
+synthetic results tree shaped like the pipeline's (eval summaries, training runs'
+metrics.jsonl / budget.json / provenance.json, memory files)."""
+
+import ast
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+from esopt.report.ablation import ablation_table, parse_flat_reference, plot_ablation
+from esopt.report.curves import curves_table, load_runs, plot_curves
+from esopt.report.methods import LABELS, STYLES, load_budgets, methods_table
+from esopt.report.notebook import chdir_to_inputs, expand_paths
+from esopt.report.population import (
+    load_population_evals,
+    model_of,
+    plot_population,
+    population_table,
+)
+from esopt.report.sudoku import load_evals
+from esopt.report.wallclock import parse_hours, plot_wallclock, wall_table
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+
+# The parameters each notebook takes: the contract with workflow/rules/report.smk.
+PARAMETERS = {
+    "sudoku_horizon": ["evals", "table", "summary", "figure", "title"],
+    "horizon_crossover": ["evals", "budgets", "population", "reference", "table", "figure", "title"],
+    "memory": ["memory", "paper", "table", "figure", "title"],
+    "training_curves": ["runs", "table", "figure", "title"],
+    "population": ["evals", "reference", "table", "figure", "title"],
+    "sigma_ablation": ["evals", "horizon", "reference", "table", "figure", "title"],
+    "wall_clock": ["budgets", "reference", "table", "figure", "title"],
+}
+
+
+# ---------------------------------------------------------------- synthetic inputs
+
+
+def write_json(path: Path, obj) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=1))
+    return path
+
+
+def write_eval(root, model, method, run, horizon, success, train_horizon=None, population=None, seed=None,
+               meta_model=True, episodes=512, turns=6.0):
+    """An `esopt evaluate` summary at ROOT/results/eval/MODEL/METHOD[/RUN]/hH.json."""
+    meta = {"method": method}
+    if train_horizon is not None:
+        meta["train_horizon"] = train_horizon
+    if population is not None:
+        meta["population"] = population
+    if seed is not None:
+        meta["seed"] = seed
+    if meta_model:
+        meta["model"] = model
+    d = root / "results" / "eval" / model / method.replace("esopt", "es")
+    if run:
+        d = d / run
+    write_json(d / f"h{horizon}.provenance.json", {"command": "evaluate"})  # globs must skip these
+    return write_json(d / f"h{horizon}.json", {
+        "benchmark": "sudoku", "model": f"results/train/es/{model}/sudoku/{run}/model", "horizon": horizon,
+        "meta": meta, "decoding": "sample", "seed": 20260829, "episodes": episodes, "success": success,
+        "success_se": math.sqrt(success * (1 - success) / episodes), "mean_reward": success, "mean_turns": 7.5,
+        "mean_turns_solved": turns, "invalid_per_episode": 0.0, "illegal_per_episode": 5.0,
+    })
+
+
+def write_run(root, model, algo, method, horizon, seed, rewards, sigmas=None, population=None, wall_s=360.0,
+              steps=None, episodes_per_step=512, with_model_in_provenance=True):
+    """A finished training run: metrics.jsonl (one line per generation/step),
+    budget.json and provenance.json, like train-es / train-rl write them."""
+    name = f"h{horizon}_g{population}_s{seed}" if population else f"h{horizon}_s{seed}"
+    run = root / "results" / "train" / algo / model / "sudoku" / (name if method in ("esopt", "grpo", "ppo")
+                                                                 else f"{method}_{name}")
+    run.mkdir(parents=True)
+    lines = []
+    for t, r in enumerate(rewards):
+        if algo == "es":
+            lines.append({"generation": t, "sigma": sigmas[t], "alpha": 0.003, "mean_reward": r, "max_reward": r,
+                          "min_reward": 0.0, "std_reward": 0.05, "success_rate": r, "mean_turns": 10.5,
+                          "updated": True, "wall_s": 4.5})
+        else:
+            lines.append({"step": t, "episodes": 128, "mean_reward": r, "success_rate": r, "mean_turns": 8.0,
+                          "wall_s": 9.0})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    steps = steps or len(rewards)
+    write_json(run / "budget.json", {
+        "method": method, "algo": algo, "horizon": horizon, "seed": seed, "population": population,
+        "planned": {"steps": steps, "episodes_per_step": episodes_per_step}, "steps": steps,
+        "episodes": steps * episodes_per_step, "generated_tokens": 20 * steps * episodes_per_step,
+        "rollout_tokens": 170 * steps * episodes_per_step, "train_tokens": 0 if algo == "es" else 1000,
+        "flops": 1.6e11 * steps, "flops_per_step": 1.6e11, "wall_s": wall_s, "wall_s_per_step": wall_s / steps,
+        "params": 895616,
+    })
+    config = {"name": "tiny", "model": {"name": model}} if with_model_in_provenance else {"name": "tiny"}
+    write_json(run / "provenance.json", {"command": f"train-{algo}", "rule": "train", "config": config})
+    return run
+
+
+def write_memory(root, model, method, state, above, wall=2.0):
+    return write_json(root / "results" / "memory" / model / f"{method}.json", {
+        "method": method, "model": model, "params": state // 2, "dtype": "bfloat16", "device": "cpu",
+        "measure": "rss", "model_state_bytes": state, "peak_above_load_bytes": above,
+        "peak_bytes": state + above, "step_wall_s": wall, "episodes": 8,
+    })
+
+
+def cosine(s0, s1, n):
+    return [s1 + (s0 - s1) * (1 + math.cos(math.pi * t / (n - 1))) / 2 for t in range(n)]
+
+
+def make_tree(root: Path) -> Path:
+    """A small pipeline-shaped results tree under root (paths relative to root)."""
+    m = "tiny-qwen35"
+    for h, s in [(2, 0.70), (4, 0.20)]:
+        write_eval(root, m, "base", "", h, s, meta_model=False)
+    n = 6
+    for h in (2, 4):
+        for seed in (0, 1):
+            for g in (8, 16):
+                run = f"h{h}_g{g}_s{seed}"
+                write_eval(root, m, "esopt", run, h, 0.25 + 0.05 * h + 0.01 * g + 0.02 * seed, h, g, seed,
+                           meta_model=(seed == 0))
+                write_eval(root, m, "esopt", run, 6 - h, 0.1, h, g, seed)  # off the diagonal
+                write_run(root, m, "es", "esopt", h, seed, [0.1 + 0.02 * t + 0.01 * seed for t in range(n)],
+                          cosine(6e-3, 1.5e-3, n), g, wall_s=300 + 30 * h + 10 * seed + g)
+            write_eval(root, m, "grpo", f"h{h}_s{seed}", h, 0.3 + 0.05 * seed, h, None, seed)
+            write_run(root, m, "grpo", "grpo", h, seed, [0.2 + 0.01 * t for t in range(4)],
+                      wall_s=400 + 40 * h + seed, episodes_per_step=128)
+    for seed in (0, 1):  # the σ_T ablation at H*=4
+        for method, sig, base in [("es_vanilla", [4e-3] * n, 0.30), ("es_sigmaT0", cosine(6e-3, 0.0, n), 0.35)]:
+            write_eval(root, m, method, f"h4_g16_s{seed}", 4, base + 0.04 * seed, 4, 16, seed)
+            write_run(root, m, "es", method, 4, seed, [0.05 + 0.01 * t for t in range(n)], sig, 16, wall_s=330)
+    # a second, larger model at H*=4 for the population figure
+    for seed in (0, 1):
+        for g in (8, 16, 32):
+            write_eval(root, "small-qwen35", "esopt", f"h4_g{g}_s{seed}", 4, 0.4 + 0.01 * seed, 4, g, seed,
+                       meta_model=False)
+    for method, above in [("inference", 10 << 20), ("es", 11 << 20), ("grpo", 200 << 20), ("ppo", 400 << 20)]:
+        write_memory(root, "tiny-qwen35-probe", method, 200 << 20, above)
+    return root
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    return make_tree(tmp_path_factory.mktemp("pipeline"))
+
+
+def rel(root: Path, pattern: str) -> list[Path]:
+    return [root / p for p in expand_paths(str(root / pattern))]
+
+
+# ---------------------------------------------------------------- helpers and labels
+
+
+def test_expand_paths_globs_and_skips_provenance(tree):
+    got = expand_paths([str(tree / "results/eval/tiny-qwen35/base/h*.json"), "kept/as/is.json"])
+    assert [Path(p).name for p in got] == ["h2.json", "h4.json", "is.json"]
+    assert expand_paths(None) == [] and expand_paths("a.json") == ["a.json"]
+
+
+def test_chdir_to_inputs_finds_the_pipeline_root(tree, monkeypatch):
+    nb_dir = tree / "notebooks"
+    nb_dir.mkdir(exist_ok=True)
+    monkeypatch.chdir(nb_dir)  # as Jupyter starts a kernel: in the notebook's folder
+    assert chdir_to_inputs(["results/eval/tiny-qwen35/base/h*.json"]) == tree
+    assert Path.cwd() == tree
+    assert chdir_to_inputs(["results/eval/tiny-qwen35/base/h2.json"]) == tree  # found here: stays
+
+
+def test_new_methods_have_labels_and_styles(tree):
+    for m in ("es_vanilla", "es_sigmaT0", "grpo_t1"):
+        assert m in LABELS and m in STYLES
+    assert LABELS["es_vanilla"] == "Vanilla ES (constant σ)" and LABELS["es_sigmaT0"] == "ESOpt, σ_T = 0"
+    evals = load_evals(rel(tree, "results/eval/tiny-qwen35/*/*/h4.json"))
+    t = methods_table(evals, population=16)
+    assert t.method.tolist() == ["grpo", "es_vanilla", "es_sigmaT0", "esopt"]
+
+
+# ---------------------------------------------------------------- training curves
+
+
+def test_training_curves_mean_and_std_over_seeds(tree):
+    runs = rel(tree, "results/train/es/tiny-qwen35/sudoku/h2_g16_s*")
+    df = load_runs(runs)
+    assert len(df) == 12 and set(df.seed) == {0, 1} and set(df.model) == {"tiny-qwen35"}
+    t = curves_table(df)
+    assert len(t) == 6 and (t.seeds == 2).all() and t.method.unique().tolist() == ["esopt"]
+    r = t[t.generation == 3].iloc[0]
+    a, b = 0.1 + 0.06, 0.1 + 0.06 + 0.01  # the two seeds' reward at generation 3
+    assert r.mean_reward_mean == pytest.approx((a + b) / 2)
+    assert r.mean_reward_std == pytest.approx(pd.Series([a, b]).std(ddof=1))
+    assert r.success_mean == pytest.approx((a + b) / 2)
+    assert r.sigma == pytest.approx(cosine(6e-3, 1.5e-3, 6)[3])
+    assert t.sigma.iloc[0] == pytest.approx(6e-3) and t.sigma.iloc[-1] == pytest.approx(1.5e-3)
+
+
+def test_training_curves_methods_models_and_rl(tree, tmp_path):
+    runs = rel(tree, "results/train/*/tiny-qwen35/sudoku/*")
+    df = load_runs([*runs, runs[0] / "metrics.jsonl"][1:])  # a file in a run stands for the run
+    t = curves_table(df)
+    keys = t.drop_duplicates(["method", "horizon", "population"])
+    assert set(zip(keys.method, keys.horizon)) == {("grpo", 2), ("grpo", 4), ("esopt", 2), ("esopt", 4),
+                                                  ("es_vanilla", 4), ("es_sigmaT0", 4)}
+    grpo = t[t.method == "grpo"]
+    assert grpo.sigma.isna().all() and grpo.generation.tolist() == [0, 1, 2, 3] * 2  # RL: step as generation
+    sig0 = t[t.method == "es_sigmaT0"]
+    assert sig0.sigma.iloc[-1] == pytest.approx(0.0)
+    assert (t[t.method == "es_vanilla"].sigma == 4e-3).all()
+    # the model name from the pipeline path when the budget has none
+    run = write_run(tmp_path, "other-model", "es", "esopt", 2, 0, [0.1, 0.2], [1e-3, 1e-3], 16,
+                    with_model_in_provenance=False)
+    assert load_runs([run]).model.unique().tolist() == ["other-model"]
+    with pytest.raises(ValueError, match="more than one run"):
+        load_runs([runs[0], runs[0]])
+    out = tmp_path / "curves.png"
+    plot_curves(t, out, title="t")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---------------------------------------------------------------- population
+
+
+def test_population_table(tree):
+    evals = load_population_evals([*rel(tree, "results/eval/*/es/*/h*.json"),
+                                   *rel(tree, "results/eval/tiny-qwen35/base/h*.json")])
+    # meta.model where present, else the MODEL of results/eval/MODEL/...
+    assert set(evals.model) == {"tiny-qwen35", "small-qwen35"}
+    ref = {"Tiny-Qwen35": {8: 2.95, "16": 22.92}}
+    t = population_table(evals, ref)
+    es = t[t.method == "esopt"].set_index(["model", "horizon", "population"])
+    assert len(es) == 2 * 2 + 3  # tiny: H* 2, 4 x G 8, 16; small: H* 4 x G 8, 16, 32 (off-diagonal left out)
+    r = es.loc[("tiny-qwen35", 4, 16)]
+    a, b = 0.25 + 0.2 + 0.16, 0.25 + 0.2 + 0.16 + 0.02
+    assert r.seeds == 2 and r.success_mean == pytest.approx((a + b) / 2)
+    assert r.success_std == pytest.approx(pd.Series([a, b]).std(ddof=1))
+    assert r.paper_success == pytest.approx(0.2292)  # names match case-insensitively
+    assert es.loc[("tiny-qwen35", 2, 8)].paper_success == pytest.approx(0.0295)
+    assert math.isnan(es.loc[("small-qwen35", 4, 32)].paper_success)
+    base = t[t.method == "base"]
+    assert base.population.isna().all() and base.success_mean.tolist() == pytest.approx([0.7, 0.2])
+
+
+def test_model_of_falls_back_to_the_model_path(tmp_path):
+    rec = {"meta": {"method": "esopt"}, "model": "results/train/es/m9b/sudoku/h4_g8_s0/model"}
+    assert model_of(tmp_path / "x.json", rec) == "m9b"
+    assert model_of(tmp_path / "results/eval/m4b/es/r/h4.json", rec) == "m4b"
+    assert model_of(tmp_path / "x.json", {"meta": {"model": "named"}}) == "named"
+    assert model_of(tmp_path / "x.json", {"meta": {}, "model": "results/models/base-m"}) == "base-m"
+
+
+def test_plot_population(tree, tmp_path):
+    evals = load_population_evals(rel(tree, "results/eval/*/es/*/h4.json"))
+    ref = {"tiny-qwen35": {8: 2.95, 16: 22.92}, "absent": {8: 30.21}}
+    t = population_table(evals, ref)
+    out = tmp_path / "pop.png"
+    plot_population(t, out, reference=ref, title="t")
+    assert out.stat().st_size > 1000
+    plot_population(t.iloc[0:0], tmp_path / "empty.png")
+    assert (tmp_path / "empty.png").stat().st_size > 0
+
+
+# ---------------------------------------------------------------- σ_T ablation
+
+
+def test_sigma_ablation_table(tree, tmp_path):
+    evals = load_evals(rel(tree, "results/eval/tiny-qwen35/*/*/h*.json"))
+    ref = {"esopt": {15: 53.13, 4: 50.0}, "es_sigmaT0": 28.13}
+    t = ablation_table(evals, 4, ref)
+    t16 = t[t.population.isna() | (t.population == 16)].set_index("method")
+    assert t.method.tolist() == ["grpo", "es_vanilla", "es_sigmaT0", "esopt", "esopt"]  # esopt at G 8 and 16
+    es = t16.loc["esopt"]
+    a, b = 0.25 + 0.2 + 0.16, 0.25 + 0.2 + 0.16 + 0.02
+    assert es.seeds == 2 and es.success_mean == pytest.approx((a + b) / 2)
+    assert es.success_min == pytest.approx(a) and es.success_max == pytest.approx(b)
+    v = t16.loc["es_vanilla"]
+    assert v.success_mean == pytest.approx(0.32) and v.success_std == pytest.approx(pd.Series([0.3, 0.34]).std())
+    assert v.delta_vs_esopt == pytest.approx(0.32 - (a + b) / 2)
+    s0 = t16.loc["es_sigmaT0"]
+    assert s0.paper_success == pytest.approx(0.2813) and s0.paper_delta_vs_esopt == pytest.approx(0.2813 - 0.5)
+    assert es.paper_success == pytest.approx(0.5)  # {H*: %}: the value at the ablation's H*
+    assert math.isnan(t16.loc["grpo"].delta_vs_esopt)  # no population: which ESOpt is ambiguous
+    assert parse_flat_reference({"esopt": {15: 53.13}}, 4) == {}
+    out = tmp_path / "abl.png"
+    plot_ablation(t, evals, out, reference=ref, title="t")
+    assert out.stat().st_size > 1000
+
+
+# ---------------------------------------------------------------- wall clock
+
+
+def test_wall_clock_table(tree, tmp_path):
+    budgets = load_budgets(rel(tree, "results/train/*/tiny-qwen35/sudoku/*/budget.json"))
+    t = wall_table(budgets, {"esopt": 9.4, "grpo": {4: 19.0}})
+    r = t.set_index(["method", "horizon", "population"])
+    es = r.loc[("esopt", 4, 16)]
+    w = [300 + 120 + 0 + 16, 300 + 120 + 10 + 16]  # the two seeds' wall_s
+    assert es.seeds == 2 and es.wall_h_mean == pytest.approx(sum(w) / 2 / 3600)
+    assert es.wall_h_std == pytest.approx(pd.Series(w).std() / 3600)
+    assert es.wall_s_per_step_mean == pytest.approx(sum(w) / 2 / 6)
+    assert es.episodes_per_step == 512 and es.steps == 6 and es.wall_ratio_to_esopt == pytest.approx(1.0)
+    grpo = t[(t.method == "grpo") & (t.horizon == 4)].iloc[0]
+    assert grpo.wall_h_mean == pytest.approx(560.5 / 3600) and grpo.episodes_per_step == 128
+    assert grpo.wall_ratio_to_esopt == pytest.approx(560.5 / (sum(w) / 2))  # over ESOpt's largest G
+    assert grpo.paper_wall_h == 19.0 and grpo.paper_ratio_to_esopt == pytest.approx(19.0 / 9.4)
+    g2 = t[(t.method == "grpo") & (t.horizon == 2)].iloc[0]
+    assert math.isnan(g2.paper_wall_h)  # the reference names H*=4 only
+    assert r.loc[("esopt", 2, 8)].paper_wall_h == 9.4  # a plain number: every H*
+    assert set(t.method) == {"grpo", "es_vanilla", "es_sigmaT0", "esopt"}
+    assert parse_hours(parse_hours({"esopt": 9.4})) == {"esopt": {None: 9.4}}  # idempotent
+    out = tmp_path / "wall.png"
+    plot_wallclock(t, out, reference={"esopt": 9.4, "grpo": 19.0}, title="t")
+    assert out.stat().st_size > 1000
+    plot_wallclock(wall_table(budgets[budgets.method == "grpo"]), tmp_path / "rl_only.png")  # no ratio panel
+    assert (tmp_path / "rl_only.png").stat().st_size > 1000
+
+
+# ---------------------------------------------------------------- the notebooks
+
+
+@pytest.mark.parametrize("name", sorted(PARAMETERS))
+def test_notebook_is_clean_and_takes_the_documented_parameters(name):
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata.kernelspec.name == "python3"
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code), "store notebooks without outputs"
+    params = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+    assert len(params) == 1
+    names = [t.id for node in ast.parse(params[0].source).body for t in node.targets]
+    assert names == PARAMETERS[name]
+    assert any(c.cell_type == "markdown" for c in nb.cells[nb.cells.index(params[0]):])
+
+
+def notebook_params(root: Path, out: Path) -> dict[str, dict]:
+    """What the rules pass: relative paths (to the workdir), YAML lists and maps."""
+    ev = lambda pattern: [str(p.relative_to(root)) for p in rel(root, pattern)]
+    common = lambda n: {"table": f"{out}/{n}.csv", "figure": f"{out}/{n}.png", "title": f"test: {n}"}
+    return {
+        "sudoku_horizon": {"evals": ev("results/eval/tiny-qwen35/base/h*.json") + ev("results/eval/tiny-qwen35/es/*/h*.json"),
+                           "summary": f"{out}/sudoku_horizon_summary.csv", **common("sudoku_horizon")},
+        "horizon_crossover": {"evals": ev("results/eval/tiny-qwen35/*/*/h*.json") + ev("results/eval/tiny-qwen35/base/h*.json"),
+                              "budgets": ev("results/train/*/tiny-qwen35/sudoku/*/budget.json"), "population": 16,
+                              "reference": {"esopt": {2: 60.0, 4: 53.13}, "grpo": {4: 40.63}},
+                              **common("horizon_crossover")},
+        "memory": {"memory": ev("results/memory/tiny-qwen35-probe/*.json"), **common("memory")},
+        "training_curves": {"runs": [str(p.relative_to(root)) for p in
+                                     sorted((root / "results/train").glob("*/tiny-qwen35/sudoku/*"))],
+                            **common("training_curves")},
+        "population": {"evals": ev("results/eval/*/es/*/h4.json"), "reference": {"tiny-qwen35": {8: 2.95, 16: 22.92}},
+                       **common("population")},
+        "sigma_ablation": {"evals": ev("results/eval/tiny-qwen35/es*/*/h4.json"), "horizon": 4,
+                           "reference": {"esopt": 53.13, "es_sigmaT0": 28.13}, **common("sigma_ablation")},
+        "wall_clock": {"budgets": ev("results/train/*/tiny-qwen35/sudoku/*/budget.json"),
+                       "reference": {"esopt": 9.4, "grpo": 19.0}, **common("wall_clock")},
+    }
+
+
+@pytest.mark.slow
+def test_notebooks_run_under_papermill(tree, tmp_path):
+    """Each notebook, run as the rule runs it (papermill CLI, YAML parameters, --cwd the
+    pipeline root): no error output, a PNG figure and a CSV table with rows."""
+    import yaml
+
+    out = tmp_path / "out"
+    params = notebook_params(tree, out)
+    assert set(params) == set(PARAMETERS)
+    for name, p in params.items():
+        assert set(p) <= set(PARAMETERS[name])
+        executed = out / "notebooks" / f"{name}.ipynb"
+        executed.parent.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run([sys.executable, "-m", "papermill", str(NOTEBOOKS / f"{name}.ipynb"), str(executed),
+                               "-k", "python3", "-y", yaml.safe_dump(p), "--cwd", str(tree)],
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, f"{name}:\n{proc.stderr[-3000:]}"
+        nb = nbformat.read(executed, as_version=4)
+        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                  if o.output_type == "error"]
+        assert not errors, f"{name}: {errors}"
+        assert Path(p["figure"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+        assert len(pd.read_csv(p["table"])) > 0, name
+        # the figure is shown in the executed notebook, the log of the run
+        assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code"
+                   for o in c.get("outputs", [])), name
+    assert len(pd.read_csv(out / "sudoku_horizon_summary.csv")) > 0
