@@ -11,6 +11,7 @@ COMMANDS = {
     "train-rl": "esopt.cli.train_rl",
     "evaluate": "esopt.cli.evaluate",
     "replay": "esopt.cli.replay",
+    "audit": "esopt.cli.audit",
     "report-sudoku": "esopt.cli.report_sudoku",
     "report-methods": "esopt.cli.report_methods",
     "memory": "esopt.cli.memory",
