@@ -124,7 +124,7 @@ def main_fn(args: argparse.Namespace) -> int:
 
     hashes = weight_hashes(out)
     write_json_atomic(out / "weights.sha256.json", hashes)
-    prov.write(out / "provenance.json", outputs=[out / "weights.sha256.json"], extra={"model": extra, "weights_sha256": hashes})
+    prov.write(out / "provenance.json", outputs=[out], extra={"model": extra, "weights_sha256": hashes})
     log.info("model ready at %s", out)
     return 0
 

@@ -33,6 +33,9 @@ def main_fn(args: argparse.Namespace) -> int:
     spec = EpisodeSpec.from_config(cfg, args.horizon, ev["decoding"], batch_size=ev["batch_size"])
     prov = Provenance("evaluate", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                       seeds={"evaluate": seed}, inputs=[args.config, args.model])
+    upstream = Path(args.model).parent / "provenance.json"  # the training run that made the model
+    if upstream.exists():
+        prov.inputs.append(str(upstream))
     trajs = run_episodes(model, tok, spec, ev["episodes"], seed=seed, split="eval")
     summary = {"benchmark": args.benchmark, "model": str(args.model), "horizon": args.horizon,
                "meta": parse_wildcards(args.meta),
@@ -40,7 +43,7 @@ def main_fn(args: argparse.Namespace) -> int:
     traj_path = out.with_suffix(".trajectories.jsonl")
     write_trajectories(traj_path, trajs, horizon=args.horizon)
     write_json_atomic(out, summary)
-    prov.write(out.with_suffix(".provenance.json"), outputs=[out, traj_path])
+    prov.write(out.with_suffix(".provenance.json"), outputs=[out, traj_path], extra={"model_device": str(model.device)})
     log.info("H*=%d: success %.3f ± %.3f over %d episodes", args.horizon, summary["success"], summary["success_se"], len(trajs))
     return 0
 

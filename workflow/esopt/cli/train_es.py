@@ -165,6 +165,7 @@ def train(args: argparse.Namespace, cfg: dict, collective) -> int:
     history.save(out / "history.json")
     prov.write(out / "provenance.json", outputs=[out / "model", out / "history.json", out / "metrics.jsonl", out / "budget.json"],
                extra={"base_weights_sha256": base_hash, "final_weights_sha256": history.final["weights_sha256"],
+                      "model_device": str(model.device),
                       "ranks": {"world_size": collective.world_size, "replica_weights_sha256": replicas}})
     shutil.rmtree(resume_dir)
     collective.barrier()

@@ -168,7 +168,8 @@ def main_fn(args: argparse.Namespace) -> int:
     write_json_atomic(out / "budget.json", budget)
     (resume_dir / "checkpoint.pt").replace(out / "checkpoint.pt")
     prov.write(out / "provenance.json", outputs=[out / "model", out / "metrics.jsonl", out / "budget.json", out / "checkpoint.pt"],
-               extra={"base_weights_sha256": base_hash, "final_weights_sha256": weights_sha256(final), "budget": budget})
+               extra={"base_weights_sha256": base_hash, "final_weights_sha256": weights_sha256(final), "budget": budget,
+                      "model_device": str(policy.device), "base_weights_dtype": r["dtype"]})
     shutil.rmtree(resume_dir)
     log.info("done: %s (%d steps, %d episodes, %.3g FLOPs)", out, len(metrics), totals["episodes"], flops)
     return 0

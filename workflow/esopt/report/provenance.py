@@ -25,7 +25,8 @@ def git_state(cwd: str | os.PathLike | None = None) -> dict[str, Any]:
         return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
 
     try:
-        return {"commit": run("rev-parse", "HEAD"), "dirty": bool(run("status", "--porcelain", "--untracked-files=no"))}
+        # untracked files count: a new module nobody committed yet makes the tree dirty
+        return {"commit": run("rev-parse", "HEAD"), "dirty": bool(run("status", "--porcelain", "--untracked-files=normal"))}
     except (OSError, subprocess.CalledProcessError):
         return {"commit": None, "dirty": None}
 
