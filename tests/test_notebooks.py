@@ -15,7 +15,7 @@ import pytest
 from esopt.report.ablation import ablation_table, parse_flat_reference, plot_ablation
 from esopt.report.curves import curves_table, load_runs, plot_curves
 from esopt.report.methods import LABELS, STYLES, load_budgets, methods_table
-from esopt.report.notebook import chdir_to_inputs, expand_paths
+from esopt.report.notebook import chdir_to_inputs, expand_paths, run_files
 from esopt.report.population import (
     load_population_evals,
     model_of,
@@ -165,6 +165,13 @@ def test_expand_paths_globs_and_skips_provenance(tree):
     got = expand_paths([str(tree / "results/eval/tiny-qwen35/base/h*.json"), "kept/as/is.json"])
     assert [Path(p).name for p in got] == ["h2.json", "h4.json", "is.json"]
     assert expand_paths(None) == [] and expand_paths("a.json") == ["a.json"]
+
+
+def test_run_files_lists_what_a_notebook_reads_of_a_run(tree):
+    runs = str(tree / "results/train/grpo/tiny-qwen35/sudoku/*")
+    got = run_files([runs, str(tree / "results/train/grpo/tiny-qwen35/sudoku/h2_s0/metrics.jsonl")], ["budget.json"])
+    assert [Path(p).relative_to(tree / "results/train/grpo/tiny-qwen35/sudoku").as_posix() for p in got] == [
+        "h2_s0/budget.json", "h2_s1/budget.json", "h4_s0/budget.json", "h4_s1/budget.json", "h2_s0/budget.json"]
 
 
 def test_chdir_to_inputs_finds_the_pipeline_root(tree, monkeypatch):
@@ -338,6 +345,8 @@ def test_notebook_is_clean_and_takes_the_documented_parameters(name):
     names = [t.id for node in ast.parse(params[0].source).body for t in node.targets]
     assert names == PARAMETERS[name]
     assert any(c.cell_type == "markdown" for c in nb.cells[nb.cells.index(params[0]):])
+    # the last cell writes the report's provenance record beside its table
+    assert code[-1].id == "provenance" and "write_provenance(" in code[-1].source
 
 
 def notebook_params(root: Path, out: Path) -> dict[str, dict]:
@@ -387,7 +396,17 @@ def test_notebooks_run_under_papermill(tree, tmp_path):
         assert not errors, f"{name}: {errors}"
         assert Path(p["figure"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
         assert len(pd.read_csv(p["table"])) > 0, name
+        # the provenance record beside the table lists the notebook's inputs and its table(s) and figure
+        prov = json.loads(Path(p["table"]).with_suffix(".provenance.json").read_text())
+        assert prov["command"] == f"notebook:{name}" and prov["config"] == {}, name
+        assert p["figure"] in prov["outputs"] and p["table"] in prov["outputs"], (name, prov["outputs"])
+        assert prov["inputs"] and all(not f.endswith((".provenance.json", ".safetensors")) for f in prov["inputs"]), name
+        assert prov["params"]["title"] == p["title"], name
         # the figure is shown in the executed notebook, the log of the run
         assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code"
                    for o in c.get("outputs", [])), name
     assert len(pd.read_csv(out / "sudoku_horizon_summary.csv")) > 0
+    prov = json.loads((out / "sudoku_horizon.provenance.json").read_text())
+    assert str(out / "sudoku_horizon_summary.csv") in prov["outputs"]
+    runs = json.loads((out / "training_curves.provenance.json").read_text())["inputs"]
+    assert {Path(f).name for f in runs} == {"metrics.jsonl", "budget.json"}  # not the run directories' models

@@ -2,15 +2,19 @@
 
 PATH is a provenance file (DIR/provenance.json, FILE.provenance.json), a result file
 or directory whose provenance lies beside or above it and lists it as an output
-(DIR/metrics.jsonl, DIR/model, results/eval/.../h3.json), or a directory such as
+(DIR/metrics.jsonl, DIR/model, results/eval/.../h3.json, results/tables/x.csv, and a
+report's figure, whose record lies beside its table), or a directory such as
 results/, whose every provenance file is audited.
 
 Per record: the config hash against the recorded config; the config file as it is now
-against the recorded config; every input and output re-hashed; for ES runs the
-history replayed onto the base model to the saved weight hash (bit for bit, models
-up to --max-replay-params; larger ones are skipped with a message); for ES and RL runs
-the base and saved models' weight hashes. Exit 0 only when every check passes, 1 when
-one fails (the first one is named), 2 on a usage error. docs/audit.md has the details.
+against the recorded config in the sections the result depends on (what its pipeline
+rule passes as params: a grown grid or an unrelated section is a note, as it reruns
+nothing); every input and output re-hashed, and an upstream record among the inputs
+checked against the files it produced; for ES runs the history replayed onto the base
+model to the saved weight hash (bit for bit, models up to --max-replay-params; larger
+ones are skipped with a message); for ES and RL runs the base and saved models' weight
+hashes. Exit 0 only when every check passes, 1 when one fails (the first one is
+named), 2 on a usage error. docs/audit.md has the details.
 """
 
 from __future__ import annotations

@@ -5,24 +5,41 @@ One provenance record (see esopt.report.provenance) is checked in this order:
 record        the file parses and holds the keys every record has
 config-hash   config_sha256 == sha256 of the recorded (resolved) config
 config-file   the config file at config_path, loaded and resolved *now* (schema
-              defaults filled), equals the recorded config; a difference fails and
-              names the dotted keys that differ. When the file is byte for byte the
-              one the run read, differences at keys the file spells out fail (the
-              record contradicts its own config file); differences only at keys the
-              file leaves to schema defaults are a note (the code moved on, not the config)
-input         every recorded input file re-hashed (model weights, config, data)
+              defaults filled), against the recorded config in the sections this
+              result depends on: what the pipeline's rule passes as params (see
+              `depends_on`), so growing the grid (horizons, seeds, populations,
+              es.variants, population_study, rl.methods, reference numbers) or editing
+              an unrelated section is a note, as it reruns nothing. A relevant
+              difference fails and names the dotted keys. When the file is byte for
+              byte the one the run read, differences at keys the file spells out fail
+              (the record contradicts its own config file: a forged record); differences
+              only at keys the file leaves to schema defaults are a note (the code moved
+              on, not the config)
+input         every recorded input file re-hashed (model weights, config, data, the
+              upstream record); the config file's own hash is a note, not a failure,
+              when its relevant sections resolve as recorded
+chain         an input that is another record (DIR/provenance.json of the training run
+              or model build): the files it records as produced agree with the hashes
+              this record took of them
 output        every recorded output file re-hashed
-model-weights build-model: every file in the record's weights_sha256 re-hashed
-history       ES: history.json agrees with the record on the base and final weight hashes
+model-weights build-model: every weight file in weights_sha256 that the outputs do not list
+history       ES: history.json agrees with the record on the base and final weight
+              hashes, the method (--variant) and the horizon
+ranks         ES over torch.distributed ranks: every replica's final weights hash
+              to final_weights_sha256
 base-weights  ES/RL: the base model (the --model input) loads to base_weights_sha256
 replay        ES: the history replayed onto the base model gives final_weights_sha256
               (train-rl: a note; RL runs cannot be replayed)
 saved-weights ES/RL: the saved DIR/model loads to final_weights_sha256
 code          note only: the recorded git commit (and dirty flag) against the checkout now
 
+Report records (command "notebook:NAME", written by the figure notebooks beside their
+table as TABLE.provenance.json) hold no config: their inputs and outputs are re-hashed.
+
 Weight checks load models on the CPU; the replay runs on the device type the run's
-weights lived on (ES noise is drawn per device type: a GPU run is replayed on a GPU,
-and skipped with a message where there is none), with the run's torch thread count.
+weights lived on (the record's model_device; older records: a GPU whenever one was
+visible). ES noise is drawn per device type: a GPU run is replayed on a GPU, and
+skipped with a message where there is none, with the run's torch thread count.
 Models with more than `max_replay_params` parameters skip the weight checks with a
 message (run `esopt replay` where the model fits); small ones are compared bit for
 bit, no tolerance.
@@ -51,7 +68,14 @@ from typing import Any
 
 import yaml
 
-from esopt.config import ConfigError, config_sha256, load_config
+from esopt.config import (
+    ES_GRID_KEYS,
+    ConfigError,
+    config_sha256,
+    es_settings,
+    load_config,
+    model_spec,
+)
 from esopt.io import sha256_file
 
 log = logging.getLogger("esopt.audit")
@@ -176,7 +200,9 @@ def produced_files(prov: Path, rec: dict[str, Any], root: Path | None) -> set[Pa
 
 
 def producer_of(path: Path, root: Path | None = None, levels: int = 4) -> Path | None:
-    """The provenance file that lists `path` (a file, or a directory: any file under it) as produced."""
+    """The provenance file that lists `path` (a file, or a directory: any file under it) as
+    produced: beside it or up to `levels` directories above it, else in a sibling of its
+    directory (a report's figure in results/figures/, its record in results/tables/)."""
     path = _abs(path)
     if is_provenance_file(path):
         return path
@@ -185,6 +211,10 @@ def producer_of(path: Path, root: Path | None = None, levels: int = 4) -> Path |
         candidates.append(path.with_suffix(".provenance.json"))
     for d in [path.parent, *path.parent.parents][:levels]:
         candidates += [d / "provenance.json", *sorted(d.glob("*.provenance.json"))]
+    up = path.parent.parent
+    if up != path.parent:
+        siblings = sorted(d for d in up.iterdir() if d.is_dir() and d != path.parent and not d.name.startswith("."))
+        candidates += [c for d in siblings for c in sorted(d.glob("*.provenance.json"))]
     for c in dict.fromkeys(candidates):
         rec = _read_record(c) if c.is_file() else None
         if rec is None:
@@ -209,8 +239,7 @@ def find_records(path: str | os.PathLike, root: Path | None = None) -> list[Path
     prov = producer_of(p, root)
     if prov is None:
         what = "no provenance file under it, and none" if p.is_dir() else "no provenance file"
-        raise AuditError(f"{path}: {what} beside or above it lists it as an output "
-                         "(report-* tables and figures carry no provenance; audit the evaluations they read)")
+        raise AuditError(f"{path}: {what} beside or above it lists it as an output")
     return [prov]
 
 
@@ -252,6 +281,81 @@ def _is_set_in(raw: Any, path: tuple) -> bool:
             return False
         raw = raw[k]
     return True
+
+
+def _without(d: Any, keys: tuple[str, ...]) -> Any:
+    return {k: v for k, v in d.items() if k not in keys} if isinstance(d, dict) else d
+
+
+def _section(c: dict[str, Any], key: str) -> Any:
+    return c.get(key) if isinstance(c, dict) else None
+
+
+def _missing(e: Exception) -> str:
+    return f"(not in the config: {str(e).splitlines()[0]})"
+
+
+def _model_view(c: dict[str, Any], name: str | None) -> dict[str, Any]:
+    main = (_section(c, "model") or {}).get("name")
+    key = "model" if name is None or name == main else f"population_study.models[{name}]"
+    try:
+        return {key: model_spec(c, name)}
+    except (ConfigError, KeyError, TypeError) as e:
+        return {key: _missing(e)}
+
+
+def _es_view(c: dict[str, Any], horizon: int, variant: str | None) -> Any:
+    try:
+        return es_settings(c, horizon, variant)
+    except (ConfigError, KeyError, TypeError, ValueError, AttributeError) as e:
+        return _missing(e)
+
+
+def _run_horizon(rec: dict[str, Any]) -> int | None:
+    argv, wc = rec.get("argv") or [], rec.get("wildcards") or {}
+    for h in (_arg(argv, "--horizon"), wc.get("horizon") if isinstance(wc, dict) else None):
+        try:
+            return int(h)
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
+def depends_on(rec: dict[str, Any]) -> tuple[str, Callable[[dict[str, Any]], dict[str, Any]]] | None:
+    """The config sections a result depends on, mirroring what its rule passes as params
+    (workflow/rules/*.smk): (what, view) where view(config) is those sections, or None
+    (an unknown command): the whole config counts. The grid lists (horizons, seeds,
+    populations, es.variants other than the run's, population_study, rl.methods) are
+    wildcards or targets, not params, and `distributed` changes no result."""
+    cmd, argv = rec.get("command"), rec.get("argv") or []
+    sudoku = lambda c: _without(_section(c, "sudoku"), ("horizons",))
+    agent = lambda c: _section(c, "agent")
+    if cmd == "build-model" and "--probe" in argv:
+        return "memory.probe, model.dtype", lambda c: {
+            "memory": {"probe": (_section(c, "memory") or {}).get("probe")},
+            "model": {"dtype": (_section(c, "model") or {}).get("dtype")}}
+    if cmd == "build-model":
+        name = _arg(argv, "--name")
+        return (f"the model {name or '(main)'}, sudoku (not horizons), agent",
+                lambda c: {**_model_view(c, name), "sudoku": sudoku(c), "agent": agent(c)})
+    if cmd == "train-es":
+        h, variant = _run_horizon(rec), _arg(argv, "--variant")
+        if h is None:
+            return None
+        what = f"es as run at H*={h}" + (f" (variant {variant})" if variant else "") + ", sudoku (not horizons), agent"
+        return what, lambda c: {"es": _es_view(c, h, variant), "sudoku": sudoku(c), "agent": agent(c)}
+    if cmd == "train-rl":
+        return "rl (not methods, seeds), sudoku (not horizons), agent", lambda c: {
+            "rl": _without(_section(c, "rl"), ("methods", "seeds")), "sudoku": sudoku(c), "agent": agent(c)}
+    if cmd == "evaluate":
+        return "evaluate, sudoku (not horizons), agent", lambda c: {
+            "evaluate": _section(c, "evaluate"), "sudoku": sudoku(c), "agent": agent(c)}
+    if cmd == "memory":
+        return "memory, sudoku (not horizons), rl (not methods, seeds), es (not the grid), agent", lambda c: {
+            "memory": _section(c, "memory"), "sudoku": sudoku(c),
+            "rl": _without(_section(c, "rl"), ("methods", "seeds")),
+            "es": _without(_section(c, "es"), ES_GRID_KEYS), "agent": agent(c)}
+    return None
 
 
 def count_parameters(model_dir: Path) -> int | None:
@@ -301,9 +405,24 @@ def current_git() -> str | None:
 
 def run_device(rec: dict[str, Any]) -> str:
     """Device type an ES run's weights lived on; noise is drawn per device type, so a replay
-    must match it. Records name a GPU whenever CUDA was visible, and models load on it
-    then (esopt.models.load.default_device)."""
+    must match it. The record's model_device says it ("cuda:0" -> "cuda"); older records
+    name a GPU whenever CUDA was visible, and models loaded on it then
+    (esopt.models.load.default_device)."""
+    md = rec.get("model_device")
+    if isinstance(md, str) and md:
+        return md.split(":", 1)[0]
     return "cuda" if (rec.get("device") or {}).get("gpu") else "cpu"
+
+
+def _device_available(device: str) -> bool:
+    import torch
+
+    if device == "cpu":
+        return True
+    if device == "cuda":
+        return torch.cuda.is_available()
+    backend = getattr(torch.backends, device, None)
+    return bool(backend is not None and getattr(backend, "is_available", lambda: False)())
 
 
 @contextmanager
@@ -354,14 +473,14 @@ class Auditor:
         self._hashes[path] = (st.st_size, st.st_mtime_ns, h)
         return h
 
-    def _hash_check(self, name: str, shown: str, path: Path, want: Any, rec_path: str, hint: str = "") -> Check:
+    def _hash_check(self, name: str, shown: str, path: Path, want: Any, rec_path: str) -> Check:
         if not isinstance(want, str):
             return Check(name, shown, "fail", f"recorded hash is not a string: {want!r}", rec_path)
         if not path.is_file():
             return Check(name, shown, "fail", f"missing (looked for {path}; recorded sha256 {_short(want)})", rec_path)
         got = self.sha256(path)
         if got != want:
-            return Check(name, shown, "fail", f"sha256 recorded {_short(want)}, now {_short(got)}{hint}", rec_path)
+            return Check(name, shown, "fail", f"sha256 recorded {_short(want)}, now {_short(got)}", rec_path)
         return Check(name, shown, "ok", "", rec_path)
 
     # -- one record
@@ -390,10 +509,14 @@ class Auditor:
                        f"config_sha256 recorded {_short(rec['config_sha256'])}, recorded config hashes to {_short(got)}", rp))
         else:
             emit(Check("config-hash", rp, "ok", _short(got), rp))
-        resolved_same = False
         cp = rec.get("config_path")
+        config_ok = False  # the config file resolves as recorded in the sections this result depends on
         if not cp:
-            emit(Check("config-file", "(none)", "skip", "the record names no config file", rp))
+            if str(rec["command"]).startswith("notebook:"):
+                emit(Check("config-file", "(none)", "note", "a report: its settings are the notebook parameters "
+                           "the record holds (params); its inputs carry their own records", rp))
+            else:
+                emit(Check("config-file", "(none)", "skip", "the record names no config file", rp))
         elif not res(cp).is_file():
             emit(Check("config-file", cp, "fail", f"missing (looked for {res(cp)})", rp))
         else:
@@ -402,38 +525,33 @@ class Auditor:
             except ConfigError as e:
                 emit(Check("config-file", cp, "fail", f"does not load now: {str(e).splitlines()[0]}", rp))
             else:
-                found = config_differences(rec["config"], current)
-                diff = [msg for _, msg in found]
-                more = f" (+{len(diff) - 5} more)" if len(diff) > 5 else ""
-                recorded_bytes = next((h for q, h in rec["inputs"].items() if res(q) == res(cp)), None)
-                unchanged = recorded_bytes == self.sha256(res(cp))
-                raw = yaml.safe_load(res(cp).read_text()) if unchanged else None
-                if found and unchanged and not any(_is_set_in(raw, k) for k, _ in found):
-                    # the file is byte for byte what the run read, and only keys it leaves to
-                    # defaults differ: the code (schema defaults) moved on, not the config
-                    emit(Check("config-file", cp, "note", "file unchanged, but the current schema fills its defaults "
-                               "differently (code changed since the run): " + "; ".join(diff[:5]) + more, rp))
-                elif found:
-                    why = ("the recorded config contradicts the file it names (which is unchanged): "
-                           if unchanged else "differs from the recorded config: ")
-                    emit(Check("config-file", cp, "fail", why + "; ".join(diff[:5]) + more, rp))
-                else:
-                    resolved_same = True
-                    emit(Check("config-file", cp, "ok", "resolves to the recorded config", rp))
+                config_ok = self._config_file_checks(rec, cp, res, current, emit, rp)
 
         # files
         for p, want in rec["inputs"].items():
-            hint = ""
-            if cp and res(p) == res(cp) and resolved_same:
-                hint = " (the resolved config is unchanged: comments or layout were edited)"
-            emit(self._hash_check("input", p, res(p), want, rp, hint))
+            c = self._hash_check("input", p, res(p), want, rp)
+            if c.status == "fail" and cp and config_ok and res(p) == res(cp) and res(p).is_file():
+                c = Check("input", p, "note", c.detail + ": the file changed, but not in the sections this result "
+                          "depends on (see config-file)", rp)
+            emit(c)
+        for p, want in rec["inputs"].items():
+            if is_provenance_file(Path(p)) and res(p).is_file() and self.sha256(res(p)) == want:
+                c = self._chain_check(rec, p, res, rp)
+                if c is not None:
+                    emit(c)
         for p, want in rec["outputs"].items():
             emit(self._hash_check("output", p, res(p), want, rp))
         model_dir = _model_dir_of_build(rec, res)
         if model_dir is not None:
+            outs = {res(o): h for o, h in rec["outputs"].items()}
             for f, want in rec["weights_sha256"].items():
-                emit(self._hash_check("model-weights", str(Path(_arg(rec.get("argv") or [], "--out") or model_dir) / f),
-                                      model_dir / f, want, rp))
+                shown = str(Path(_arg(rec.get("argv") or [], "--out") or model_dir) / f)
+                if model_dir / f in outs:  # re-hashed as an output above; the record must agree with itself
+                    if outs[model_dir / f] != want:
+                        emit(Check("model-weights", shown, "fail", f"the record disagrees with itself: outputs "
+                                   f"{_short(outs[model_dir / f])}, weights_sha256 {_short(want)}", rp))
+                    continue
+                emit(self._hash_check("model-weights", shown, model_dir / f, want, rp))
 
         # weights: ES history, replay, saved model
         if rec["command"] in ("train-es", "train-rl"):
@@ -452,6 +570,72 @@ class Auditor:
             emit(Check("code", "git", "note", f"made by {_short(g['commit'])}{' (dirty tree)' if g.get('dirty') else ''}, {now}", rp))
         return out
 
+    def _config_file_checks(self, rec: dict[str, Any], cp: str, res: Callable[[str], Path],
+                            current: dict[str, Any], emit: Callable[[Check], None], rp: str) -> bool:
+        """config-file: the file now against the recorded config (see the module doc).
+        True when the sections the result depends on resolve as recorded."""
+        path = res(cp)
+        found = config_differences(rec["config"], current)
+        recorded_bytes = next((h for q, h in rec["inputs"].items() if res(q) == path), None)
+        unchanged = recorded_bytes == self.sha256(path)
+        raw = yaml.safe_load(path.read_text())
+        listed = lambda msgs: "; ".join(msgs[:5]) + (f" (+{len(msgs) - 5} more)" if len(msgs) > 5 else "")
+        if unchanged:
+            # the file is byte for byte what the run read: every difference comes from how
+            # it resolves, the code's defaults (a note) or a record that contradicts it (a failure)
+            spelled = [msg for k, msg in found if _is_set_in(raw, k)]
+            if spelled:
+                emit(Check("config-file", cp, "fail", "the recorded config contradicts the file it names "
+                           "(which is unchanged): " + listed(spelled), rp))
+                return False
+            if found:
+                emit(Check("config-file", cp, "note", "file unchanged, but the current schema fills its defaults "
+                           "differently (code changed since the run): " + listed([m for _, m in found]), rp))
+            else:
+                emit(Check("config-file", cp, "ok", "resolves to the recorded config", rp))
+            return True
+        # the file changed: any difference in what the result depends on is a rerun for the
+        # pipeline (its params changed), whether the file or the schema's defaults made it
+        dep = depends_on(rec)
+        if dep is None:
+            what, relevant = "the whole config", found
+        else:
+            what, view = dep
+            relevant = config_differences(view(rec["config"]), view(current))
+        if relevant:
+            emit(Check("config-file", cp, "fail", "differs from the recorded config: " + listed([m for _, m in relevant])
+                       + (f" (in what {rec['command']} depends on: {what})" if dep else ""), rp))
+            return False
+        elif found:
+            keys = list(dict.fromkeys(".".join(map(str, k)) or "(config)" for k, _ in found))
+            emit(Check("config-file", cp, "note", "config changed in sections this result does not depend on: "
+                       + ", ".join(keys[:8]) + (f" (+{len(keys) - 8} more)" if len(keys) > 8 else ""), rp))
+        else:
+            emit(Check("config-file", cp, "ok", "resolves to the recorded config", rp))
+        return True
+
+    def _chain_check(self, rec: dict[str, Any], p: str, res: Callable[[str], Path], rp: str) -> Check | None:
+        """An input that is another record: the files it produced, as this record hashed them."""
+        up_path = res(p)
+        up = _read_record(up_path)
+        if up is None or not isinstance(up.get("outputs"), dict):
+            return Check("chain", p, "fail", "the upstream record is not a provenance record", rp)
+        up_base = self.root or infer_root(up_path, up) or Path.cwd()
+        up_res = lambda q: _abs(q if Path(q).is_absolute() else up_base / q)
+        made = {up_res(q): h for q, h in up["outputs"].items()}
+        model_dir = _model_dir_of_build(up, up_res)
+        if model_dir is not None:
+            made |= {model_dir / f: h for f, h in up["weights_sha256"].items()}
+        mine = {res(q): h for q, h in rec["inputs"].items()}
+        shared = sorted(made.keys() & mine.keys())
+        if not shared:
+            return None
+        bad = [display_path(f) for f in shared if made[f] != mine[f]]
+        if bad:
+            return Check("chain", p, "fail", f"{len(bad)} of {len(shared)} files differ from what {up.get('command')} "
+                         f"produced: {', '.join(bad[:3])}" + (" …" if len(bad) > 3 else ""), rp)
+        return Check("chain", p, "ok", f"{len(shared)} input files are what {up.get('command')} produced", rp)
+
     def weight_checks(self, rec: dict[str, Any], res: Callable[[str], Path], rp: str) -> list[Check]:
         from esopt.es.history import History
 
@@ -468,6 +652,13 @@ class Auditor:
                 checks.append(Check("history", hist_key, "fail", f"does not load: {e}", rp))
             else:
                 bad = []
+                variant = _arg(rec.get("argv") or [], "--variant")
+                want_method = f"es_{variant}" if variant else "esopt"  # esopt.cli.train_es.method_name
+                if history.run.get("method") is not None and history.run["method"] != want_method:
+                    bad.append(f"method {history.run['method']!r}, the command ran {want_method!r}")
+                h = _run_horizon(rec)
+                if history.run.get("horizon") is not None and h is not None and history.run["horizon"] != h:
+                    bad.append(f"horizon {history.run['horizon']}, the command ran H*={h}")
                 if history.run.get("base_weights_sha256") != rec.get("base_weights_sha256"):
                     bad.append(f"base weights {_short(history.run.get('base_weights_sha256'))} != record {_short(rec.get('base_weights_sha256'))}")
                 final = (history.final or {}).get("weights_sha256")
@@ -476,6 +667,17 @@ class Auditor:
                 checks.append(Check("history", hist_key, "fail" if bad else "ok",
                                     "; ".join(bad) or f"{len(history.generations)} generations, hashes agree with the record", rp))
 
+        ranks = rec.get("ranks")
+        if es and isinstance(ranks, dict):
+            ws, reps = ranks.get("world_size"), ranks.get("replica_weights_sha256")
+            if not isinstance(reps, list) or len(reps) != ws:
+                checks.append(Check("ranks", rp, "fail", f"world_size {ws} but replica hashes {reps!r}", rp))
+            elif any(r != rec["final_weights_sha256"] for r in reps):
+                odd = [i for i, r in enumerate(reps) if r != rec["final_weights_sha256"]]
+                checks.append(Check("ranks", rp, "fail", f"replicas {odd} of {ws} ended at other weights than "
+                                    f"final_weights_sha256 {_short(rec['final_weights_sha256'])}", rp))
+            elif isinstance(ws, int) and ws > 1:
+                checks.append(Check("ranks", rp, "ok", f"{ws} replicas ended at {_short(rec['final_weights_sha256'])}", rp))
         model_arg = _arg(rec.get("argv") or [], "--model")
         out_arg = _arg(rec.get("argv") or [], "--out")
         base_dir = res(model_arg) if model_arg else None
@@ -500,20 +702,22 @@ class Auditor:
 
     def _load_and_replay(self, rec, history, base_dir: Path, saved_dir: Path | None, targets: dict[str, str],
                          es: bool, rp: str) -> list[Check]:
-        import torch
+        from transformers.utils import logging as hf_logging
 
         from esopt.es import Perturber
         from esopt.es.history import weights_sha256
         from esopt.models.load import load_model_and_tokenizer
 
+        hf_logging.disable_progress_bar()  # one "Loading weights" bar per model would bury the checks
         checks: list[Check] = []
         device = run_device(rec) if es else "cpu"
+        run_on = device
         replay_here = True
-        if device == "cuda" and not torch.cuda.is_available():
+        if not _device_available(device):
             device, replay_here = "cpu", False  # the hashes still check on the CPU; the replay cannot
         with torch_threads((rec.get("device") or {}).get("torch_threads")):
             # train-rl loads its base in rl.dtype (fp32 master weights) and hashes that
-            dtype = (rec["config"].get("rl") or {}).get("dtype") if not es else None
+            dtype = None if es else (rec.get("base_weights_dtype") or (rec["config"].get("rl") or {}).get("dtype"))
             try:
                 model, _ = load_model_and_tokenizer(base_dir, dtype=dtype, device=device)
             except Exception as e:  # noqa: BLE001 -- a swapped or broken model fails the check; the audit goes on
@@ -536,9 +740,11 @@ class Auditor:
                     checks.append(Check("replay", targets["replay"], "skip", "skipped (--no-replay)", rp))
                 elif not replay_here:
                     gpu = (rec.get("device") or {}).get("gpu")
+                    where = rec.get("model_device") or run_on
                     checks.append(Check("replay", targets["replay"], "skip",
-                                        f"the run's weights lived on a GPU ({gpu}) and ES noise is drawn per device type: "
-                                        "audit on a machine with a GPU to replay it", rp))
+                                        f"the run's weights lived on {where}" + (f" ({gpu})" if gpu else "")
+                                        + f" and ES noise is drawn per device type: audit where {run_on} is "
+                                        "available to replay it", rp))
                 else:
                     log.info("replaying %d generations of %s on %s", n_gen, targets["replay"], device)
                     history.replay(Perturber(model))
