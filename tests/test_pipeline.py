@@ -141,7 +141,8 @@ def test_a_config_edit_reruns_only_the_rules_whose_section_changed(workdir):
         "report_memory": 1, "total": 20}
 
 
-# Files that record time (wall clock, dates, peak memory) and so differ between any two runs.
+# Files that record time (wall clock, dates, peak memory) and so differ between any two runs
+# (and every FILE.provenance.json).
 TIMED = {"provenance.json", "budget.json", "metrics.jsonl", "history.json"}
 
 
@@ -150,13 +151,13 @@ def result_hashes(wd):
     out = {}
     for f in sorted((wd / "results").rglob("*")):
         rel = f.relative_to(wd / "results")
-        if not f.is_file() or rel.parts[0] == "logs" or ".resume" in rel.parts:
+        if not f.is_file() or rel.parts[0] in ("logs", "notebooks") or ".resume" in rel.parts:  # logs carry times
             continue
         if f.name == "history.json":
             h = json.loads(f.read_text())
             data = json.dumps([{k: v for k, v in g.items() if k != "wall_s"} for g in h["generations"]] + [h["final"]])
             out[str(rel)] = hashlib.sha256(data.encode()).hexdigest()
-        elif f.name not in TIMED:
+        elif f.name not in TIMED and not f.name.endswith(".provenance.json"):
             out[str(rel)] = hashlib.sha256(f.read_bytes()).hexdigest()
     return out
 
