@@ -116,6 +116,7 @@ def test_report_bundles_figures_captions_and_provenance(workdir):
         names = z.namelist()
     for name in ("horizon_crossover", "training_curves", "population", "sigma_ablation", "wall_clock", "memory"):
         assert any(n.endswith(f"{name}.png") for n in names), name
+    assert sum(n.endswith(".provenance.json") for n in names) == 7  # each table's record, as a report item
 
 
 def test_editing_a_module_reruns_only_the_rules_that_use_it(workdir):

@@ -29,7 +29,7 @@ rule report_sudoku:
         table=report(f"{R}/tables/sudoku_es.csv", caption="../report/sudoku_horizon.rst", category="Sudoku"),
         summary=f"{R}/tables/sudoku_es_summary.csv",
         figure=report(f"{R}/figures/sudoku_horizon.png", caption="../report/sudoku_horizon.rst", category="Sudoku"),
-        provenance=f"{R}/tables/sudoku_es.provenance.json",  # written by the notebook's last cell
+        provenance=report(f"{R}/tables/sudoku_es.provenance.json", caption="../report/provenance.rst", category="Provenance"),
     params:
         nb=papermill_params(evals=lambda i, o: list(i.evals), table=lambda i, o: o.table, summary=lambda i, o: o.summary,
                             figure=lambda i, o: o.figure, title=TITLE),
@@ -52,7 +52,7 @@ rule report_methods:
     output:
         table=report(f"{R}/tables/sudoku_methods.csv", caption="../report/horizon_crossover.rst", category="Sudoku"),
         figure=report(f"{R}/figures/horizon_crossover.png", caption="../report/horizon_crossover.rst", category="Sudoku"),
-        provenance=f"{R}/tables/sudoku_methods.provenance.json",  # written by the notebook's last cell
+        provenance=report(f"{R}/tables/sudoku_methods.provenance.json", caption="../report/provenance.rst", category="Provenance"),
     params:
         nb=papermill_params(evals=lambda i, o: list(i.evals), budgets=lambda i, o: list(i.budgets),
                             population=max(POPULATIONS), reference=reference("sudoku"), table=lambda i, o: o.table,
@@ -75,7 +75,7 @@ rule report_training_curves:
     output:
         table=report(f"{R}/tables/training_curves.csv", caption="../report/training_curves.rst", category="Training"),
         figure=report(f"{R}/figures/training_curves.png", caption="../report/training_curves.rst", category="Training"),
-        provenance=f"{R}/tables/training_curves.provenance.json",  # written by the notebook's last cell
+        provenance=report(f"{R}/tables/training_curves.provenance.json", caption="../report/provenance.rst", category="Provenance"),
     params:
         nb=papermill_params(runs=lambda i, o: [str(Path(m).parent) for m in i.metrics], table=lambda i, o: o.table,
                             figure=lambda i, o: o.figure, title=TITLE),
@@ -97,7 +97,7 @@ rule report_population:
     output:
         table=report(f"{R}/tables/population.csv", caption="../report/population.rst", category="Population"),
         figure=report(f"{R}/figures/population.png", caption="../report/population.rst", category="Population"),
-        provenance=f"{R}/tables/population.provenance.json",  # written by the notebook's last cell
+        provenance=report(f"{R}/tables/population.provenance.json", caption="../report/provenance.rst", category="Provenance"),
     params:
         nb=papermill_params(evals=lambda i, o: list(i.evals), reference=reference("population"),
                             table=lambda i, o: o.table, figure=lambda i, o: o.figure, title=TITLE),
@@ -119,7 +119,7 @@ rule report_sigma_ablation:
     output:
         table=report(f"{R}/tables/sigma_ablation.csv", caption="../report/sigma_ablation.rst", category="Ablation"),
         figure=report(f"{R}/figures/sigma_ablation.png", caption="../report/sigma_ablation.rst", category="Ablation"),
-        provenance=f"{R}/tables/sigma_ablation.provenance.json",  # written by the notebook's last cell
+        provenance=report(f"{R}/tables/sigma_ablation.provenance.json", caption="../report/provenance.rst", category="Provenance"),
     params:
         nb=papermill_params(evals=lambda i, o: list(i.evals), horizon=ABLATION_HORIZON,
                             reference=reference("sigma_ablation"), table=lambda i, o: o.table,
@@ -142,7 +142,7 @@ rule report_wall_clock:
     output:
         table=report(f"{R}/tables/wall_clock.csv", caption="../report/wall_clock.rst", category="Cost"),
         figure=report(f"{R}/figures/wall_clock.png", caption="../report/wall_clock.rst", category="Cost"),
-        provenance=f"{R}/tables/wall_clock.provenance.json",  # written by the notebook's last cell
+        provenance=report(f"{R}/tables/wall_clock.provenance.json", caption="../report/provenance.rst", category="Provenance"),
     params:
         nb=papermill_params(budgets=lambda i, o: list(i.budgets), reference=reference("wall_clock_h"),
                             table=lambda i, o: o.table, figure=lambda i, o: o.figure, title=TITLE),
@@ -164,7 +164,7 @@ rule report_memory:
     output:
         table=report(f"{R}/tables/memory.csv", caption="../report/memory.rst", category="Cost"),
         figure=report(f"{R}/figures/memory.png", caption="../report/memory.rst", category="Cost"),
-        provenance=f"{R}/tables/memory.provenance.json",  # written by the notebook's last cell
+        provenance=report(f"{R}/tables/memory.provenance.json", caption="../report/provenance.rst", category="Provenance"),
     params:
         nb=papermill_params(memory=lambda i, o: list(i.memory), table=lambda i, o: o.table,
                             figure=lambda i, o: o.figure, title=f"{config['name']}: one training step, {PROBE}"),
