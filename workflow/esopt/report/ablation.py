@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from esopt.io import atomic_path
+from esopt.report.sudoku import save_figure
 from esopt.report.methods import LABELS, STYLES, method_order
 
 TABLE_COLUMNS = ["method", "label", "population", "horizon", "seeds", "success_mean", "success_std",
@@ -141,6 +141,4 @@ def plot_ablation(table: pd.DataFrame, evals: pd.DataFrame, path: str | os.PathL
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=150, format="png", bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from esopt.io import atomic_path
+from esopt.report.sudoku import save_figure
 from esopt.report.methods import ALGO_METHOD, method_order, series_colors, series_label
 
 RUN_COLUMNS = ["model", "method", "horizon", "population", "seed", "generation", "sigma", "mean_reward",
@@ -202,9 +202,7 @@ def plot_curves(table: pd.DataFrame, path: str | os.PathLike, title: str = "") -
         fig.suptitle(title, fontsize=10)
     rows = math.ceil(len(labels) / ncol)
     fig.tight_layout(rect=(0, 0.04 + 0.045 * rows, 1, 1))
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=150, format="png", bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _seeds_text(seeds: pd.Series) -> str:

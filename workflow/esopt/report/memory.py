@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from esopt.io import atomic_path
+from esopt.report.sudoku import save_figure
 
 log = logging.getLogger("esopt.report")
 
@@ -162,6 +162,4 @@ def plot_memory(table: pd.DataFrame, path: str | os.PathLike, paper: Mapping[str
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=130, format="png")
-    plt.close(fig)
+    save_figure(fig, path, dpi=130, tight=False)

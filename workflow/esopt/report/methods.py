@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from esopt.io import atomic_path
+from esopt.report.sudoku import save_figure
 
 # Drawing order, legend labels and styles; methods not listed here are drawn after, in
 # matplotlib's colour cycle, under their own name.
@@ -232,6 +232,4 @@ def plot_crossover(table: pd.DataFrame, path: str | os.PathLike,
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=130, format="png")
-    plt.close(fig)
+    save_figure(fig, path, dpi=130, tight=False)

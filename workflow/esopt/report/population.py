@@ -12,9 +12,8 @@ from typing import Any
 
 import pandas as pd
 
-from esopt.io import atomic_path
 from esopt.report.methods import STYLES, method_order, parse_reference
-from esopt.report.sudoku import load_evals
+from esopt.report.sudoku import load_evals, save_figure
 
 TABLE_COLUMNS = ["model", "method", "population", "horizon", "seeds", "success_mean", "success_std",
                  "success_se_mean", "mean_turns_solved", "paper_success"]
@@ -168,6 +167,4 @@ def plot_population(table: pd.DataFrame, path: str | os.PathLike, reference: Map
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=150, format="png", bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path)

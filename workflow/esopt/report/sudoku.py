@@ -61,6 +61,15 @@ def write_csv(df: pd.DataFrame, path: str | os.PathLike) -> None:
         df.to_csv(tmp, index=False, float_format="%.6g")
 
 
+def save_figure(fig, path: str | os.PathLike, dpi: int = 150, tight: bool = True) -> None:
+    """Write a matplotlib figure as PNG atomically and close it."""
+    import matplotlib.pyplot as plt
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=dpi, format="png", **({"bbox_inches": "tight"} if tight else {}))
+    plt.close(fig)
+
+
 def plot_horizon(df: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:
     """Success vs H*: base, ESOpt trained at the evaluated H* (the diagonal), and faint
     lines for what each trained model carries over to other horizons."""
@@ -96,6 +105,4 @@ def plot_horizon(df: pd.DataFrame, path: str | os.PathLike, title: str = "") -> 
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=130, format="png")
-    plt.close(fig)
+    save_figure(fig, path, dpi=130, tight=False)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from esopt.io import atomic_path
+from esopt.report.sudoku import save_figure
 from esopt.report.methods import (
     LABELS,
     STYLES,
@@ -181,6 +181,4 @@ def plot_wallclock(table: pd.DataFrame, path: str | os.PathLike, reference: Mapp
         fig.suptitle(title, fontsize=10)
     nrows = int(np.ceil(len(labels) / min(len(labels), 6))) if labels else 0
     fig.tight_layout(rect=(0, 0.02 + 0.05 * nrows, 1, 1))
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=150, format="png", bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path)
