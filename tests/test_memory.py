@@ -27,3 +27,13 @@ def test_model_state_counts_tied_weights_once():
     model = torch.nn.ModuleDict({"emb": emb, "head": head, "norm": torch.nn.LayerNorm(16)})
     assert module_state_bytes(model) == (100 * 16 + 16 + 16) * 4
     assert module_state_bytes(model, None, model) == module_state_bytes(model)
+
+
+def test_peak_sees_an_allocation_that_reuses_memory_the_allocator_kept():
+    # Many mid-sized frees leave resident free heap that a later 64 MiB block can reuse.
+    blocks = [torch.ones(200_000) for _ in range(600)]
+    del blocks
+    with PeakMemory("cpu") as pm:
+        x = torch.ones(64 * 2**20 // 4)
+        del x
+    assert 60 * 2**20 <= pm.peak_above_start < 200 * 2**20

@@ -13,6 +13,9 @@ the 104M probe, the same ES step peaked 61 MiB or 84 MiB above load from run to 
 (inference: 51 MiB). `exact_allocator()` pins the mmap threshold at 64 KiB, so large
 blocks go back to the system when freed and the CPU peak counts live memory, like
 CUDA's max_memory_allocated (ES 40 MiB, inference 31 MiB above load).
+Free memory the allocator still holds is resident yet reusable without a page fault,
+so a block could allocate 64 MiB and raise RSS by 0 (seen in CI after earlier
+tests); `PeakMemory` therefore trims the heap (`malloc_trim`) before it starts.
 """
 
 from __future__ import annotations
@@ -41,6 +44,16 @@ def exact_allocator() -> bool:
 
         libc = ctypes.CDLL("libc.so.6")
         return bool(libc.mallopt(-3, 64 * 1024))  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        return False
+
+
+def trim_heap() -> bool:
+    """Give the allocator's free pages back to the system, so reusing them shows in RSS."""
+    try:
+        import ctypes
+
+        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
     except (OSError, AttributeError):
         return False
 
@@ -79,6 +92,7 @@ class PeakMemory:
             self._start = torch.cuda.memory_allocated()
             self.measure = "cuda_max_allocated"
             return self
+        trim_heap()
         self._start = rss_bytes()
         try:
             Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
