@@ -16,6 +16,10 @@ COMMANDS = {
     "report-methods": "esopt.cli.report_methods",
     "memory": "esopt.cli.memory",
     "report-memory": "esopt.cli.report_memory",
+    "prepare-data": "esopt.cli.prepare_data",
+    "build-tool-model": "esopt.cli.build_tool_model",
+    "train-agent": "esopt.cli.train_agent",
+    "evaluate-agent": "esopt.cli.evaluate_agent",
 }
 
 

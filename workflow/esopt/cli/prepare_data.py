@@ -1,0 +1,103 @@
+"""esopt prepare-data: one task set of a tool benchmark, as DIR/tasks.jsonl (+ images).
+
+The set is tool_agents.benchmarks.B.train or .eval.NAME of the config:
+  source: generated     math: arithmetic / word problems (level basic | hard);
+                        docvqa: document images rendered here (forms, receipts, tables)
+  source: dapo | aime   math: DAPO-Math-17k / AIME, from `path` (a .parquet/.jsonl/.json
+                        file) or the hub (`hub_id`, needs network or a warm HF cache)
+  source: docvqa        the real DocVQA: `path` to the official annotation JSON or a
+                        parquet file, or the hub (`hub_id`)
+Generated training and evaluation sets are disjoint by construction (split train/test).
+DIR/provenance.json records the source, its file hashes and the task count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
+from esopt.report.provenance import Provenance
+
+log = logging.getLogger("esopt.prepare_data")
+
+
+def set_spec(cfg: dict, benchmark: str, name: str) -> dict[str, Any]:
+    b = (cfg.get("tool_agents") or {}).get("benchmarks", {}).get(benchmark)
+    if b is None:
+        raise ValueError(f"the config has no tool_agents.benchmarks.{benchmark} block")
+    if name == "train":
+        return b["train"]
+    if name not in b.get("eval", {}):
+        raise ValueError(f"--set {name!r}: expected train or one of {sorted(b.get('eval', {}))}")
+    return b["eval"][name]
+
+
+def build_tasks(benchmark: str, name: str, spec: dict[str, Any], out: Path) -> tuple[list[Any], list[str]]:
+    """(tasks, local input files) of one set; images (DocVQA) land under out/."""
+    src, n, seed = spec["source"], spec.get("n"), spec.get("seed", 0)
+    split = "train" if name == "train" else "test"
+    path = spec.get("path")
+    inputs = [path] if path and Path(path).exists() else []
+    if benchmark == "math":
+        from esopt.envs import math as m
+
+        if src == "generated":
+            return m.generate_problems(n, seed=seed, split=split, level=spec.get("level", "basic")), inputs
+        if src == "dapo":
+            return m.load_dapo(path or spec.get("hub_id"), split=spec.get("split", "train"), limit=n), inputs
+        if src == "aime":
+            return m.load_aime(path or spec.get("hub_id"), limit=n), inputs
+    elif benchmark == "docvqa":
+        from esopt.envs import docvqa as d
+
+        if src == "generated":
+            return d.render_documents(out / "images", n, seed=seed, split=split), inputs
+        if src == "docvqa":
+            return d.load_docvqa(path or spec.get("hub_id"), split=spec.get("split", "validation"), limit=n,
+                                 image_dir=out / "images"), inputs
+    raise ValueError(f"{benchmark} set {name!r}: source {src!r} is not one this benchmark knows")
+
+
+def main_fn(args: argparse.Namespace) -> int:
+    cfg = setup(args.config, args.threads)
+    from esopt.eval.tool_episodes import write_tasks
+
+    spec = set_spec(cfg, args.benchmark, args.set)
+    out = Path(args.out)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    tasks, inputs = build_tasks(args.benchmark, args.set, spec, out)
+    if not tasks:
+        raise ValueError(f"{args.benchmark} set {args.set!r} has no tasks")
+    prov = Provenance("prepare-data", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
+                      seeds={"data": spec.get("seed", 0)}, inputs=[args.config, *inputs])
+    tasks_file = write_tasks(out, tasks)
+    prov.write(out / "provenance.json", outputs=[out],
+               extra={"benchmark": args.benchmark, "set": args.set, "spec": spec, "tasks": len(tasks)})
+    log.info("%s/%s: %d tasks in %s", args.benchmark, args.set, len(tasks), tasks_file)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="esopt prepare-data", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", required=True)
+    p.add_argument("--benchmark", required=True, choices=["math", "docvqa"])
+    p.add_argument("--set", required=True, help="train, or a name of tool_agents.benchmarks.B.eval")
+    p.add_argument("--out", required=True, help="data directory to create (results/data/B/SET)")
+    add_threads_arg(p)
+    add_provenance_args(p)
+    return p
+
+
+def main(argv=None) -> int:
+    return run_main(main_fn, parser(), argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,179 @@
+"""Tool-agent episodes (ReAct Math with Python, DocVQA with OCR): tasks, tools, rollouts, Mean@k.
+
+A benchmark's tasks live in a data directory written by `esopt prepare-data`
+(tasks.jsonl, plus the document images for DocVQA). An episode is a ReAct
+conversation (esopt.agent.react) over the whole history: question, tool calls and
+their outputs, final answer. The score of an episode is its reward: 1/0 for a
+correct math answer, ANLS for DocVQA.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import statistics
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Sequence
+
+from esopt.agent.react import ReActEnv, tool_instructions
+from esopt.agent.rollout import Sampling, Trajectory, rollout
+from esopt.agent.tools import Tool
+from esopt.io import write_text_atomic
+
+BENCHMARKS = ("math", "docvqa")
+TASKS_FILE = "tasks.jsonl"
+
+
+def _check(benchmark: str) -> None:
+    if benchmark not in BENCHMARKS:
+        raise ValueError(f"benchmark {benchmark!r}: expected one of {BENCHMARKS}")
+
+
+def task_class(benchmark: str):
+    _check(benchmark)
+    if benchmark == "math":
+        from esopt.envs.math import MathTask
+
+        return MathTask
+    from esopt.envs.docvqa import DocTask
+
+    return DocTask
+
+
+def write_tasks(data_dir: str | os.PathLike, tasks: Sequence[Any]) -> Path:
+    """tasks.jsonl in data_dir, image paths relative to it (the directory can move)."""
+    data_dir = Path(data_dir)
+    rows = []
+    for t in tasks:
+        row = asdict(t)
+        if "image" in row:
+            row["image"] = os.path.relpath(row["image"], data_dir)
+        rows.append(json.dumps(row, ensure_ascii=False) + "\n")
+    path = data_dir / TASKS_FILE
+    write_text_atomic(path, "".join(rows))
+    return path
+
+
+def load_tasks(data_dir: str | os.PathLike, benchmark: str) -> list[Any]:
+    """The tasks of a data directory written by `esopt prepare-data`."""
+    data_dir = Path(data_dir)
+    path = data_dir / TASKS_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: run `esopt prepare-data` for this data set first")
+    cls = task_class(benchmark)
+    names = {f.name for f in fields(cls)}
+    tasks = []
+    for line in path.read_text().splitlines():
+        row = {k: v for k, v in json.loads(line).items() if k in names}
+        if "image" in row:
+            row["image"] = str(data_dir / row["image"])
+        if "answers" in row:
+            row["answers"] = tuple(row["answers"])
+        tasks.append(cls(**row))
+    return tasks
+
+
+def sample_batch(tasks: Sequence[Any], n: int, seed: int) -> list[Any]:
+    """n tasks drawn without replacement (with, if n exceeds the pool) by `seed`."""
+    rng = random.Random(seed)
+    if n <= len(tasks):
+        return rng.sample(list(tasks), n)
+    return [rng.choice(tasks) for _ in range(n)]
+
+
+def make_tools(cfg: dict[str, Any], benchmark: str) -> list[Tool]:
+    """The tools the config gives a benchmark (tool_agents.benchmarks.B.tools)."""
+    ta = cfg["tool_agents"]
+    tools: list[Tool] = []
+    for name in ta["benchmarks"][benchmark]["tools"]:
+        if name == "python":
+            from esopt.agent.tools.python_sandbox import PythonSandbox
+
+            tools.append(PythonSandbox(**ta.get("sandbox", {})))
+        elif name == "ocr":
+            from esopt.agent.tools.ocr import OCRTool
+
+            tools.append(OCRTool(**ta.get("ocr", {})))
+        else:
+            raise ValueError(f"tool {name!r}: expected python or ocr")
+    return tools
+
+
+def task_instructions(benchmark: str) -> str:
+    _check(benchmark)
+    if benchmark == "math":
+        from esopt.envs.math import instructions
+    else:
+        from esopt.envs.docvqa import instructions
+    return instructions()
+
+
+def system_prompt(benchmark: str, tools: Sequence[Tool], skill: str = "") -> str:
+    """Task instructions, tool documentation, then the skill document (if any)."""
+    parts = [task_instructions(benchmark), tool_instructions(tools)]
+    if skill.strip():
+        parts.append(skill.strip())
+    return "\n\n".join(parts)
+
+
+def make_env(benchmark: str, tools: Sequence[Tool], max_tool_calls: int | None) -> ReActEnv:
+    _check(benchmark)
+    if benchmark == "math":
+        from esopt.envs.math import MathEnv as Env
+    else:
+        from esopt.envs.docvqa import DocVQAEnv as Env
+    return ReActEnv(Env(), tools, max_tool_calls)
+
+
+@dataclass(frozen=True)
+class ToolEpisodeSpec:
+    """Everything about a batch of tool-agent episodes except the model, tasks and seed."""
+
+    benchmark: str
+    max_turns: int
+    max_tool_calls: int | None
+    history_turns: int | None
+    sampling: Sampling
+    batch_size: int | None = None
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any], benchmark: str, decoding: str,
+                    batch_size: int | None = None) -> "ToolEpisodeSpec":
+        _check(benchmark)
+        ta = cfg["tool_agents"]
+        s = ta["sampling"]
+        sampling = Sampling(do_sample=decoding == "sample", temperature=s["temperature"], top_p=s["top_p"],
+                            top_k=s["top_k"], max_new_tokens=ta["max_new_tokens"])
+        return cls(benchmark=benchmark, max_turns=ta["max_turns"], max_tool_calls=ta.get("max_tool_calls"),
+                   history_turns=ta.get("history_turns"), sampling=sampling, batch_size=batch_size)
+
+
+def run_tool_episodes(model, tokenizer, spec: ToolEpisodeSpec, tools: Sequence[Tool], tasks: Sequence[Any],
+                      seed: int, skill: str = "", counters: dict[str, int] | None = None) -> list[Trajectory]:
+    """One ReAct episode per task with the model as it is now; `seed` fixes sampling."""
+    return rollout(
+        model, tokenizer, lambda: make_env(spec.benchmark, tools, spec.max_tool_calls), tasks,
+        system=system_prompt(spec.benchmark, tools, skill), sampling=spec.sampling, seed=seed,
+        max_turns=spec.max_turns, history_turns=spec.history_turns, batch_size=spec.batch_size, counters=counters,
+    )
+
+
+def summarize_tool(trajs: Sequence[Trajectory]) -> dict[str, Any]:
+    """Mean score (reward: success or ANLS) with its standard error, and how episodes went."""
+    n = len(trajs)
+    scores = [t.reward for t in trajs]
+    mean = statistics.fmean(scores)
+    return {
+        "episodes": n,
+        "score": mean,
+        "score_se": statistics.pstdev(scores) / math.sqrt(n) if n > 1 else 0.0,
+        "success": statistics.fmean(bool(t.info.get("success")) for t in trajs),
+        "mean_reward": mean,
+        "answered": statistics.fmean("answer" in t.info for t in trajs),
+        "mean_turns": statistics.fmean(t.num_turns for t in trajs),
+        "tool_calls_per_episode": statistics.fmean(t.info.get("tool_calls", 0) for t in trajs),
+        "malformed_calls_per_episode": statistics.fmean(t.info.get("malformed_calls", 0) for t in trajs),
+    }
