@@ -16,6 +16,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/baselines.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/tools.smk"
 
 
 rule all:
@@ -28,3 +29,4 @@ rule all:
         rules.report_sigma_ablation.output if ES_VARIANTS else [],
         rules.report_population.output if STUDY else [],
         rules.report_memory.output if MEMORY_METHODS else [],
+        rules.report_tool_agents.output if TA else [],

@@ -37,7 +37,9 @@ PARAMETERS = {
     "population": ["evals", "reference", "table", "figure", "title"],
     "sigma_ablation": ["evals", "horizon", "reference", "table", "figure", "title"],
     "wall_clock": ["budgets", "reference", "table", "figure", "title"],
+    "tool_agents": ["evals", "columns", "reference", "table", "figure", "title"],
 }
+TOOL_COLUMNS = {"math_dapo": "DAPO", "math_aime": "AIME", "docvqa_docvqa": "DocVQA"}
 
 
 # ---------------------------------------------------------------- synthetic inputs
@@ -113,6 +115,16 @@ def write_memory(root, model, method, state, above, wall=2.0):
     })
 
 
+def write_tool_eval(root, method, benchmark, dataset, mean_at_k, seed=None, scores=None):
+    """An `esopt evaluate-agent` summary under ROOT/results/eval/tiny-qwen35-tools/tools/."""
+    name = f"{benchmark}_{dataset}" + ("" if seed is None else f"_s{seed}")
+    meta = {"method": method, "benchmark": benchmark, "dataset": dataset} | ({} if seed is None else {"seed": seed})
+    scores = scores or [mean_at_k] * 4
+    return write_json(root / "results/eval/tiny-qwen35-tools/tools" / method / f"{name}.json", {
+        "benchmark": benchmark, "meta": meta, "k": len(scores), "mean_at_k": mean_at_k, "scores": scores,
+        "sample_std": float(pd.Series(scores).std(ddof=0)), "tasks": 64})
+
+
 def cosine(s0, s1, n):
     return [s1 + (s0 - s1) * (1 + math.cos(math.pi * t / (n - 1))) / 2 for t in range(n)]
 
@@ -144,6 +156,12 @@ def make_tree(root: Path) -> Path:
         for g in (8, 16, 32):
             write_eval(root, "small-qwen35", "esopt", f"h4_g{g}_s{seed}", 4, 0.4 + 0.01 * seed, 4, g, seed,
                        meta_model=False)
+    # tool agents: No Skill once, trained methods over two seeds
+    for (b, d), base in zip([("math", "dapo"), ("math", "aime"), ("docvqa", "docvqa")], (0.30, 0.10, 0.50)):
+        write_tool_eval(root, "no_skill", b, d, base, scores=[base - 0.02, base + 0.02, base, base])
+        for i, method in enumerate(["grpo", "esopt", "trace2skill", "esopt_trace2skill"]):
+            for seed in (0, 1):
+                write_tool_eval(root, method, b, d, base + 0.02 * (i + 1) + 0.01 * seed, seed)
     for method, above in [("inference", 10 << 20), ("es", 11 << 20), ("grpo", 200 << 20), ("ppo", 400 << 20)]:
         write_memory(root, "tiny-qwen35-probe", method, 200 << 20, above)
     return root
@@ -190,6 +208,37 @@ def test_new_methods_have_labels_and_styles(tree):
     evals = load_evals(rel(tree, "results/eval/tiny-qwen35/*/*/h4.json"))
     t = methods_table(evals, population=16)
     assert t.method.tolist() == ["grpo", "es_vanilla", "es_sigmaT0", "esopt"]
+
+
+# ---------------------------------------------------------------- tool agents
+
+
+def test_tool_agents_table_means_over_seeds_and_deltas_over_no_skill(tree, tmp_path):
+    from esopt.report.tool_agents import load_tool_evals, plot_tool_agents, tool_agents_table
+
+    ev = load_tool_evals(rel(tree, "results/eval/tiny-qwen35-tools/tools/*/*.json"))
+    assert len(ev) == 3 + 4 * 3 * 2
+    t = tool_agents_table(ev, TOOL_COLUMNS, {"DAPO": 13.8})
+    assert t.label.tolist() == ["No Skill", "Agentic GRPO", "Agentic ESOpt", "Trace2Skill", "ESOpt + Trace2Skill"]
+    es = t.set_index("method").loc["esopt"]
+    # seeds 0 and 1: 0.30 + 0.04 + {0, 0.01} -> 34.5 ± 0.707 points; No Skill 30.0
+    assert es["DAPO mean"] == pytest.approx(34.5) and es["DAPO std"] == pytest.approx(0.70711, abs=1e-4)
+    assert es["DAPO"] == "34.5 ± 0.7" and es["DAPO seeds"] == 2
+    assert es["DAPO Δ"] == pytest.approx(4.5) and es["DocVQA Δ"] == pytest.approx(4.5)
+    assert es["DAPO paper Δ"] == 13.8 and math.isnan(t.set_index("method").loc["grpo", "DAPO paper Δ"])
+    ns = t.set_index("method").loc["no_skill"]
+    assert ns["AIME"] == "10.0" and ns["AIME Δ"] == 0.0 and ns["AIME seeds"] == 1
+    assert es["average Δ"] == pytest.approx(4.5)
+    plot_tool_agents(t, TOOL_COLUMNS, tmp_path / "t.png", title="t")
+    assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_tool_agents_refuses_two_evaluations_of_one_run(tree, tmp_path):
+    from esopt.report.tool_agents import load_tool_evals
+
+    one = rel(tree, "results/eval/tiny-qwen35-tools/tools/esopt/math_dapo_s0.json")
+    with pytest.raises(ValueError, match="two evaluations of the same run"):
+        load_tool_evals(one + one)
 
 
 # ---------------------------------------------------------------- training curves
@@ -370,6 +419,8 @@ def notebook_params(root: Path, out: Path) -> dict[str, dict]:
                            "reference": {"esopt": 53.13, "es_sigmaT0": 28.13}, **common("sigma_ablation")},
         "wall_clock": {"budgets": ev("results/train/*/tiny-qwen35/sudoku/*/budget.json"),
                        "reference": {"esopt": 9.4, "grpo": 19.0}, **common("wall_clock")},
+        "tool_agents": {"evals": ev("results/eval/tiny-qwen35-tools/tools/*/*.json"), "columns": [list(kv) for kv in TOOL_COLUMNS.items()],
+                        "reference": {"DAPO": 13.8, "AIME": 15.0, "DocVQA": 12.3}, **common("tool_agents")},
     }
 
 

@@ -52,7 +52,10 @@ def planned_jobs(res) -> dict[str, int]:
 
 
 REPORTS = {f"report_{r}": 1 for r in ("sudoku", "methods", "training_curves", "population", "sigma_ablation",
-                                      "wall_clock", "memory")}
+                                      "wall_clock", "memory", "tool_agents")}
+# tool agents: math (train, dapo, aime) and docvqa (train, docvqa) sets, the tiny tool model,
+# 4 trained methods x 2 benchmarks x 1 seed, No Skill and every run on the 3 evaluation sets
+TOOL_JOBS = {"prepare_data": 5, "build_tool_model": 1, "train_agent": 8, "evaluate_agent_base": 3, "evaluate_agent": 12}
 
 
 def test_dry_run_plans_the_grid(workdir):
@@ -62,7 +65,8 @@ def test_dry_run_plans_the_grid(workdir):
     # population study at H*=3, G 2 and 4, two model sizes (main model G=4 is the main run);
     # GRPO (T 0.7 and T 1) and PPO at 2 horizons x 1 seed; 4 memory probes
     assert jobs == {"all": 1, "build_model": 2, "build_probe_model": 1, "evaluate_base": 3, "train_es": 8,
-                    "evaluate_es": 10, "train_rl": 6, "evaluate_rl": 6, "memory": 4, **REPORTS, "total": 48}
+                    "evaluate_es": 10, "train_rl": 6, "evaluate_rl": 6, "memory": 4, **TOOL_JOBS, **REPORTS,
+                    "total": 78}
 
 
 def test_paper_config_plans_the_papers_grid(workdir):
@@ -74,8 +78,10 @@ def test_paper_config_plans_the_papers_grid(workdir):
     # Vanilla ES 9, sigma_T = 0 at H*=15 3; population study at H*=15: 4B at G 8/16
     # (G=32 is the main run) 6, 9B at G 8/16/32 9 -> 36 ES runs; 54 ES evaluations
     # (27 + 9 + 3 + 15); base 4B at 3 H*, 9B at H*=15; GRPO, GRPO T=1, PPO 27 runs.
+    # Tool agents on the 4B: 5 data sets, 4 methods x 2 benchmarks x 3 seeds, 3 + 36 evaluations.
     assert jobs == {"all": 1, "build_model": 2, "evaluate_base": 4, "train_es": 36, "evaluate_es": 54,
-                    "train_rl": 27, "evaluate_rl": 27, "memory": 4, **REPORTS, "total": 162}
+                    "train_rl": 27, "evaluate_rl": 27, "memory": 4, "prepare_data": 5, "train_agent": 24,
+                    "evaluate_agent_base": 3, "evaluate_agent": 36, **REPORTS, "total": 231}
     assert "--nproc-per-node 4" in res.stdout  # train_es runs under torchrun, 4 ranks (config distributed)
 
 
@@ -101,7 +107,11 @@ def test_pipeline_runs_then_has_nothing_to_do(workdir):
     # each figure's notebook, executed, kept as the log of its rule
     executed = sorted(p.stem for p in (workdir / "results/notebooks").glob("*.ipynb"))
     assert executed == sorted(["sudoku_horizon", "horizon_crossover", "training_curves", "population", "sigma_ablation",
-                               "wall_clock", "memory"])
+                               "wall_clock", "memory", "tool_agents"])
+    tools = pd.read_csv(workdir / "results/tables/tool_agents.csv")
+    assert tools.label.tolist() == ["No Skill", "Agentic GRPO", "Agentic ESOpt", "Trace2Skill", "ESOpt + Trace2Skill"]
+    assert {"DAPO", "AIME", "DocVQA", "DAPO Δ", "average Δ"} <= set(tools.columns)
+    assert (tools[[f"{c} seeds" for c in ("DAPO", "AIME", "DocVQA")]] == 1).all().all()
     population = pd.read_csv(workdir / "results/tables/population.csv")
     assert set(population.model) == {"smoke-qwen35", "smoke-qwen35-wide"}
     assert population.groupby("method").population.apply(lambda g: sorted(g.dropna())).to_dict() == {
@@ -114,23 +124,26 @@ def test_report_bundles_figures_captions_and_provenance(workdir):
     smk(workdir, "--report", "results/report.zip")
     with zipfile.ZipFile(workdir / "results/report.zip") as z:
         names = z.namelist()
-    for name in ("horizon_crossover", "training_curves", "population", "sigma_ablation", "wall_clock", "memory"):
+    for name in ("horizon_crossover", "training_curves", "population", "sigma_ablation", "wall_clock", "memory",
+                 "tool_agents"):
         assert any(n.endswith(f"{name}.png") for n in names), name
-    assert sum(n.endswith(".provenance.json") for n in names) == 7  # each table's record, as a report item
+    assert sum(n.endswith(".provenance.json") for n in names) == 8  # each table's record, as a report item
 
 
 def test_editing_a_module_reruns_only_the_rules_that_use_it(workdir):
     smk(workdir)  # up to date (no-op when the previous test ran)
     edit = lambda path: path.write_text(path.read_text() + "\n# an edit\n")  # Snakemake compares checksums, not only mtimes
     edit(workdir / "workflow/esopt/report/sudoku.py")  # every report builds on esopt.report
-    assert planned_jobs(smk(workdir, "-n")) == {"all": 1, **REPORTS, "total": 8}
-    edit(workdir / "workflow/esopt/rl/losses.py")
+    assert planned_jobs(smk(workdir, "-n")) == {"all": 1, **REPORTS, "total": 9}
+    edit(workdir / "workflow/esopt/rl/losses.py")  # RL baselines, memory, and the tool agents' GRPO
     assert planned_jobs(smk(workdir, "-n")) == {
-        "all": 1, "train_rl": 6, "evaluate_rl": 6, "memory": 4, **REPORTS, "total": 24}
+        "all": 1, "train_rl": 6, "evaluate_rl": 6, "memory": 4, "train_agent": 2, "evaluate_agent": 3, **REPORTS,
+        "total": 30}
     smk(workdir)
     edit(workdir / "workflow/esopt/es/perturb.py")
-    jobs = planned_jobs(smk(workdir, "-n"))
-    assert jobs == {"all": 1, "train_es": 8, "evaluate_es": 10, "memory": 4, **REPORTS, "total": 30}
+    jobs = planned_jobs(smk(workdir, "-n"))  # every tool-agent training imports esopt.es
+    assert jobs == {"all": 1, "train_es": 8, "evaluate_es": 10, "memory": 4, "train_agent": 8, "evaluate_agent": 12,
+                    **REPORTS, "total": 51}
 
 
 def test_a_config_edit_reruns_only_the_rules_whose_section_changed(workdir):

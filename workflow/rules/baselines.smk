@@ -35,7 +35,8 @@ rule build_probe_model:
     input:
         config=ancient(CONFIGFILE),  # reruns follow the config sections in params
         tokenizer=f"{R}/models/{MODEL}",
-        code=code("models", "cli/build_model.py"),
+        code=code("models/__init__.py", "models/hub.py", "models/load.py", "models/tiny.py", "models/tokenizer.py",
+                  "models/warmstart.py", "cli/build_model.py"),
     output:
         model=directory(f"{R}/models/{MODEL}-probe"),
     params:

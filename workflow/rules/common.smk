@@ -183,3 +183,62 @@ def reference(section):
 
 def reference_json():
     return json.dumps(reference("sudoku")).replace('"', '\\"')
+
+
+# ---- Tool agents (config `tool_agents`): ReAct Math, DocVQA, Trace2Skill ----
+TA = config.get("tool_agents") or {}
+TOOL_BENCHMARKS = list(TA.get("benchmarks", {}))
+# A tiny tool model is built by build_tool_model; otherwise the tool agents use `model`.
+TOOL_MODEL_BUILT = bool(TA.get("model")) and TA["model"].get("source") == "tiny"
+TOOL_MODEL = TA["model"]["name"] if TOOL_MODEL_BUILT else MODEL
+TOOL_MODEL_DIR = f"{R}/models/{TOOL_MODEL}"
+TOOL_SEEDS = TA.get("seeds", [])
+# trained methods (no_skill is the base model as it is)
+AGENT_METHODS = {m: m for m in TA.get("methods", []) if m != "no_skill"}
+# what every tool-agent episode depends on
+TOOL_EPISODE = {k: TA[k] for k in ("max_turns", "max_tool_calls", "max_new_tokens", "history_turns", "sampling",
+                                   "sandbox", "ocr") if k in TA} | {
+    "tools": {b: spec["tools"] for b, spec in TA.get("benchmarks", {}).items()}}
+TOOL_EVAL_CODE = code("agent", "envs/math.py", "envs/docvqa.py", "envs/answers.py", "eval/tool_episodes.py",
+                      "models/load.py", "cli/evaluate_agent.py")
+TOOL_DATASETS = sorted({"train"} | {d for spec in TA.get("benchmarks", {}).values() for d in spec.get("eval", {})})
+
+wildcard_constraints:
+    agent_method="|".join(AGENT_METHODS) or "none",
+    benchmark="|".join(TOOL_BENCHMARKS) or "none",
+    dataset="|".join(map(re.escape, TOOL_DATASETS)),
+
+
+def json_arg(obj):
+    return json.dumps(obj).replace('"', '\\"')
+
+
+def tool_set_spec(benchmark, dataset):
+    spec = TA["benchmarks"][benchmark]
+    return spec["train"] if dataset == "train" else spec["eval"][dataset]
+
+
+def tool_train_settings(method, benchmark):
+    """The config sections one training method depends on."""
+    if method == "grpo":  # tool_agents.grpo merged over rl (as cli/train_agent does)
+        return {"grpo": TA["grpo"], "rl": {k: v for k, v in RL_PARAMS.items() if k not in TA["grpo"] and k not in ("grpo", "ppo")}}
+    out = {"es": TA["es"], "es_override": TA["benchmarks"][benchmark].get("es")}
+    if "trace2skill" in method:
+        out["trace2skill"] = TA["trace2skill"]
+    return out
+
+
+def tool_eval_sets():
+    """(benchmark, dataset) of every evaluation set, in config order."""
+    return [(b, d) for b, spec in TA.get("benchmarks", {}).items() for d in spec.get("eval", {})]
+
+
+def tool_evaluations():
+    base = [f"{R}/eval/{TOOL_MODEL}/tools/no_skill/{b}_{d}.json" for b, d in tool_eval_sets()]
+    runs = [f"{R}/eval/{TOOL_MODEL}/tools/{m}/{b}_{d}_s{s}.json"
+            for m in AGENT_METHODS for b, d in tool_eval_sets() for s in TOOL_SEEDS]
+    return base + runs
+
+
+# table columns, in config order: [evaluation set, its label (DAPO, AIME, DocVQA)]
+TOOL_COLUMNS = [[f"{b}_{d}", TA["benchmarks"][b]["eval"][d].get("label", d)] for b, d in tool_eval_sets()]

@@ -6,7 +6,9 @@
 rule build_model:
     input:
         config=ancient(CONFIGFILE),  # reruns follow the config sections in params
-        code=code("models", "envs/sudoku.py", "agent/rollout.py", "cli/build_model.py"),
+        # the Sudoku models' modules, by name (models/tool_warmstart.py is the tool model's)
+        code=code("models/__init__.py", "models/hub.py", "models/load.py", "models/tiny.py", "models/tokenizer.py",
+                  "models/warmstart.py", "envs/sudoku.py", "agent/rollout.py", "cli/build_model.py"),
     output:
         model=directory(f"{R}/models/{{model}}"),
     params:

@@ -1,7 +1,7 @@
 """esopt build-tool-model: the tiny base model of the tool benchmarks (tool_agents.model).
 
 Expert ReAct episodes on the training sets (real sandbox, real OCR) train the
-tokenizer and warm-start a Qwen3.5-architecture model (esopt.agent.demonstrations),
+tokenizer and warm-start a Qwen3.5-architecture model (esopt.models.tool_warmstart),
 which is saved with save_pretrained like every other model. Configs whose tool
 agents use a hub model (config/paper.yaml) do not run this: the rules use the main
 model directory instead.
@@ -25,7 +25,7 @@ log = logging.getLogger("esopt.build_tool_model")
 
 def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config, args.threads)
-    from esopt.agent.demonstrations import SFTSettings, demonstrations, supervised_fine_tune
+    from esopt.models.tool_warmstart import SFTSettings, demonstrations, supervised_fine_tune
     from esopt.eval.tool_episodes import load_tasks, make_tools, system_prompt
     from esopt.models.hub import weight_hashes
     from esopt.models.load import load_model_and_tokenizer
@@ -49,7 +49,7 @@ def main_fn(args: argparse.Namespace) -> int:
     transcripts = []
     for bench, d in sorted(data.items()):
         tasks = load_tasks(d, bench)[: w["tasks_per_benchmark"]]
-        tools = make_tools(cfg, bench)
+        tools = make_tools(cfg, bench, d)
         transcripts += list(demonstrations(bench, tasks, tools, system_prompt(bench, tools), w["mistake_prob"],
                                            w["seed"], ta.get("history_turns")))
     log.info("%d demonstration turns", len(transcripts))

@@ -38,7 +38,7 @@ def main_fn(args: argparse.Namespace) -> int:
     skill = Path(args.skill).read_text() if args.skill else ""
     model, tok = load_model_and_tokenizer(args.model)
     tasks = load_tasks(args.data, args.benchmark)
-    tools = make_tools(cfg, args.benchmark)
+    tools = make_tools(cfg, args.benchmark, args.data)
     spec = ToolEpisodeSpec.from_config(cfg, args.benchmark, ev["decoding"], batch_size=ev["batch_size"])
     inputs = [args.config, args.model, args.data] + ([args.skill] if args.skill else [])
     for upstream in {Path(args.model).parent / "provenance.json", *([Path(args.skill).parent / "provenance.json"]

@@ -4,10 +4,13 @@ The set is tool_agents.benchmarks.B.train or .eval.NAME of the config:
   source: generated     math: arithmetic / word problems (level basic | hard);
                         docvqa: document images rendered here (forms, receipts, tables)
   source: dapo | aime   math: DAPO-Math-17k / AIME, from `path` (a .parquet/.jsonl/.json
-                        file) or the hub (`hub_id`, needs network or a warm HF cache)
+                        file) or the hub (`hub_id`, needs network or a warm HF cache);
+                        DAPO's one file is split by a hash of the question, as the
+                        generated sets are (a quarter held out)
   source: docvqa        the real DocVQA: `path` to the official annotation JSON or a
                         parquet file, or the hub (`hub_id`)
 Generated training and evaluation sets are disjoint by construction (split train/test).
+DocVQA sets also get DIR/ocr_cache/: the OCR tool's reading of every image, made once here.
 DIR/provenance.json records the source, its file hashes and the task count.
 """
 
@@ -47,8 +50,9 @@ def build_tasks(benchmark: str, name: str, spec: dict[str, Any], out: Path) -> t
 
         if src == "generated":
             return m.generate_problems(n, seed=seed, split=split, level=spec.get("level", "basic")), inputs
-        if src == "dapo":
-            return m.load_dapo(path or spec.get("hub_id"), split=spec.get("split", "train"), limit=n), inputs
+        if src == "dapo":  # one file; our train/test split by a hash of the question
+            rows = m.load_dapo(path or spec.get("hub_id"), split=spec.get("split", "train"))
+            return [t for t in rows if m.split_of(t.question) == split][:n], inputs
         if src == "aime":
             return m.load_aime(path or spec.get("hub_id"), limit=n), inputs
     elif benchmark == "docvqa":
@@ -77,6 +81,14 @@ def main_fn(args: argparse.Namespace) -> int:
     prov = Provenance("prepare-data", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                       seeds={"data": spec.get("seed", 0)}, inputs=[args.config, *inputs])
     tasks_file = write_tasks(out, tasks)
+    if args.benchmark == "docvqa":  # read every image once, here (see tool_episodes.make_tools)
+        from tqdm.auto import tqdm
+
+        from esopt.eval.tool_episodes import make_tools
+
+        ocr = next(t for t in make_tools(cfg, "docvqa", out) if t.name == "ocr")
+        for image in tqdm(sorted({t.image for t in tasks}), desc="OCR"):
+            ocr.read(image)
     prov.write(out / "provenance.json", outputs=[out],
                extra={"benchmark": args.benchmark, "set": args.set, "spec": spec, "tasks": len(tasks)})
     log.info("%s/%s: %d tasks in %s", args.benchmark, args.set, len(tasks), tasks_file)

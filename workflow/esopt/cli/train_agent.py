@@ -128,9 +128,9 @@ def run_es(args, cfg, model, tok, tools, train, spec, resume_dir: Path, traj_dir
     from esopt.cli.train_es import metrics_line
     from esopt.es import ESConfig, ESTrainer, SigmaSchedule
     from esopt.es.history import History, weights_sha256
-    from esopt.eval.tool_episodes import run_tool_episodes, sample_batch, summarize_tool
+    from esopt.eval.tool_episodes import es_settings, run_tool_episodes, sample_batch, summarize_tool
 
-    e = cfg["tool_agents"]["es"]
+    e = es_settings(cfg, args.benchmark)
     s = e["sigma"]
     es_cfg = ESConfig(population=e["population"], generations=e["generations"], alpha=e["alpha"],
                       sigma=SigmaSchedule(s["schedule"], s["sigma0"], s.get("sigmaT"), e["generations"]),
@@ -182,9 +182,9 @@ def run_trace2skill(args, cfg, model, tok, tools, train, spec, traj_dir: Path, p
 
     from esopt.agent.rollout import write_trajectories
     from esopt.es.trainer import task_seed
-    from esopt.eval.tool_episodes import run_tool_episodes, sample_batch, summarize_tool
+    from esopt.eval.tool_episodes import es_settings, run_tool_episodes, sample_batch, summarize_tool
 
-    generations = cfg["tool_agents"]["es"]["generations"]
+    generations = es_settings(cfg, args.benchmark)["generations"]
     n = cfg["tool_agents"]["trace2skill"]["rollouts_per_generation"]
     keep = {0, generations - 1} | set(range(0, generations, 10))
     same_batches = SimpleNamespace(seed=args.seed)  # the task batches an ES run of this seed sees
@@ -263,8 +263,9 @@ def main_fn(args: argparse.Namespace) -> int:
     resume_dir, traj_dir = out / ".resume", out / ".resume" / "trajectories"
     resume_dir.mkdir(parents=True, exist_ok=True)
     train = load_tasks(args.data, args.benchmark)
-    tools = make_tools(cfg, args.benchmark)
-    spec = ToolEpisodeSpec.from_config(cfg, args.benchmark, ta["es"]["member_decoding"], ta["evaluate"]["batch_size"])
+    tools = make_tools(cfg, args.benchmark, args.data)
+    spec = ToolEpisodeSpec.from_config(cfg, args.benchmark, ta["es"].get("member_decoding", "sample"),
+                                       ta["evaluate"].get("batch_size", 64))
     prov = Provenance("train-agent", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                       seeds={args.method: args.seed}, inputs=[args.config, args.model, args.data])
     prompt = None

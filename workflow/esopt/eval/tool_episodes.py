@@ -84,8 +84,21 @@ def sample_batch(tasks: Sequence[Any], n: int, seed: int) -> list[Any]:
     return [rng.choice(tasks) for _ in range(n)]
 
 
-def make_tools(cfg: dict[str, Any], benchmark: str) -> list[Tool]:
-    """The tools the config gives a benchmark (tool_agents.benchmarks.B.tools)."""
+def es_settings(cfg: dict[str, Any], benchmark: str) -> dict[str, Any]:
+    """tool_agents.es with the benchmark's own overrides (tool_agents.benchmarks.B.es)."""
+    from esopt.config import deep_merge
+
+    ta = cfg["tool_agents"]
+    return deep_merge(ta["es"], ta["benchmarks"][benchmark].get("es") or {})
+
+
+OCR_CACHE = "ocr_cache"
+
+
+def make_tools(cfg: dict[str, Any], benchmark: str, data_dir: str | os.PathLike | None = None) -> list[Tool]:
+    """The tools the config gives a benchmark (tool_agents.benchmarks.B.tools). OCR reads
+    its results from DATA_DIR/ocr_cache, which `esopt prepare-data` fills for every image
+    (OCR is deterministic: each image is read once per data set, not once per job)."""
     ta = cfg["tool_agents"]
     tools: list[Tool] = []
     for name in ta["benchmarks"][benchmark]["tools"]:
@@ -96,7 +109,8 @@ def make_tools(cfg: dict[str, Any], benchmark: str) -> list[Tool]:
         elif name == "ocr":
             from esopt.agent.tools.ocr import OCRTool
 
-            tools.append(OCRTool(**ta.get("ocr", {})))
+            cache = Path(data_dir) / OCR_CACHE if data_dir is not None else None
+            tools.append(OCRTool(**ta.get("ocr", {}), cache_dir=cache))
         else:
             raise ValueError(f"tool {name!r}: expected python or ocr")
     return tools
