@@ -1,7 +1,8 @@
 """esopt prepare-data: one task set of a tool benchmark, as DIR/tasks.jsonl (+ images).
 
 The set is tool_agents.benchmarks.B.train or .eval.NAME of the config:
-  source: generated     math: arithmetic / word problems (level basic | hard);
+  source: generated     math: arithmetic / word problems (level basic | hard, or a
+                        list of levels mixed in equal parts);
                         docvqa: document images rendered here (forms, receipts, tables)
   source: dapo | aime   math: DAPO-Math-17k / AIME, from `path` (a .parquet/.jsonl/.json
                         file) or the hub (`hub_id`, needs network or a warm HF cache);
@@ -48,8 +49,12 @@ def build_tasks(benchmark: str, name: str, spec: dict[str, Any], out: Path) -> t
     if benchmark == "math":
         from esopt.envs import math as m
 
-        if src == "generated":
-            return m.generate_problems(n, seed=seed, split=split, level=spec.get("level", "basic")), inputs
+        if src == "generated":  # level: one level, or a list of levels mixed in equal parts
+            levels = spec.get("level", "basic")
+            levels = [levels] if isinstance(levels, str) else list(levels)
+            parts = [m.generate_problems(n // len(levels) + (i < n % len(levels)), seed=seed, split=split, level=lv)
+                     for i, lv in enumerate(levels)]
+            return [t for group in zip(*parts) for t in group] + [t for p in parts for t in p[len(parts[-1]):]], inputs
         if src == "dapo":  # one file; our train/test split by a hash of the question
             rows = m.load_dapo(path or spec.get("hub_id"), split=spec.get("split", "train"))
             return [t for t in rows if m.split_of(t.question) == split][:n], inputs

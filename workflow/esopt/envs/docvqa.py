@@ -21,7 +21,8 @@ Two sources of tasks:
   sha256 of its content are divisible by 5 (`split_of`); the generator drops
   documents of the other split, so the splits are disjoint by construction.
 - `load_docvqa`: the real Single-Page DocVQA, from the official annotation JSON,
-  a parquet file/folder of `lmms-lab/DocVQA`, or the hub (network or a warm cache).
+  a parquet file/folder of `lmms-lab/DocVQA`, or the hub (network or a warm cache;
+  esopt.envs.hub_data, whose HubUnavailableError is re-exported here, otherwise).
 """
 
 from __future__ import annotations
@@ -33,14 +34,12 @@ import logging
 import os
 import random
 import re
-import socket
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
-from urllib.parse import urlparse
 
 from esopt.envs.answers import extract_answer
+from esopt.envs.hub_data import HubUnavailableError, load_hub_rows  # noqa: F401 - re-exports HubUnavailableError
 from esopt.io import atomic_path, write_json_atomic, write_text_atomic
 from esopt.seeding import derive_seed
 
@@ -483,75 +482,21 @@ def render_documents(out_dir: str | os.PathLike, n: int, seed: int, split: str,
 # --------------------------------------------------------------------------- the real DocVQA
 
 
-class HubUnavailableError(ConnectionError):
-    """A dataset could not be fetched from the Hugging Face Hub (offline, not cached)."""
-
-
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
-def _env_offline() -> bool:
-    return any(os.environ.get(k, "").strip().upper() in ("1", "ON", "YES", "TRUE")
-               for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))
-
-
-def _hub_reachable(timeout: float = 3.0) -> bool:
-    """A TCP connection to the hub endpoint opens; assumed when a proxy is configured."""
-    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return True
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    try:
-        with socket.create_connection((url.hostname or "huggingface.co", url.port or 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-@contextmanager
-def _offline_mode(on: bool) -> Iterator[None]:
-    """datasets and huggingface_hub read HF_HUB_OFFLINE once, at import: a later
-    setting (or an unreachable hub) must reach them too, or load_dataset retries the
-    network for half a minute. Loading from the local cache still works."""
-    if not on:
-        yield
-        return
-    import datasets.config
-    import huggingface_hub.constants
-
-    saved = datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE
-    datasets.config.HF_HUB_OFFLINE = huggingface_hub.constants.HF_HUB_OFFLINE = True
-    try:
-        yield
-    finally:
-        datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE = saved
-
-
 def _local_help(hub_id: str) -> str:
-    return ("pass a local file instead: load_docvqa('DIR/val_v1.0_withQT.json') with the official Single-Page "
+    return ("load_docvqa('DIR/val_v1.0_withQT.json') with the official Single-Page "
             "DocVQA annotation JSON (images relative to its folder, e.g. documents/xyz.png), or "
-            f"load_docvqa('DIR/validation-00000-of-00006.parquet') with parquet files of {hub_id} "
-            f"(`huggingface-cli download --repo-type dataset {hub_id} --local-dir DIR` where there is internet)")
+            f"load_docvqa('DIR/validation-00000-of-00006.parquet') with parquet files of {hub_id}")
 
 
 def _hub_rows(hub_id: str, config: str | None, split: str) -> Iterable[dict]:
-    try:
-        import datasets
-    except ImportError as e:
-        raise ImportError(f"loading {hub_id!r} from the hub needs `datasets` (pip install 'esopt[data]'), "
-                          f"or {_local_help(hub_id)}") from e
-    offline = _env_offline() or not _hub_reachable()
-    try:
-        with _offline_mode(offline):
-            ds = datasets.load_dataset(hub_id, config, split=split)
-    except Exception as e:  # ConnectionError, DatasetNotFoundError, OSError, ... whatever datasets raises
-        why = ("HF_HUB_OFFLINE is set" if _env_offline() else
-               "the Hugging Face Hub cannot be reached" if offline else "see the error above")
-        state = "this machine appears to be offline" if offline else "the hub did not give it"
-        raise HubUnavailableError(
-            f"cannot load DocVQA from the hub: tried {hub_id!r} (config {config!r}, split {split!r}) and "
-            f"{state} ({why}; {type(e).__name__}: {str(e)[:200]}); it is not in the local Hugging Face cache "
-            f"either. To work offline, {_local_help(hub_id)}.") from e
+    # any_error: a failure online (say, an unknown config) is a HubUnavailableError too
+    ds = load_hub_rows(hub_id, split, config, what="DocVQA", local_help=_local_help(hub_id), any_error=True)
     if "image" in getattr(ds, "features", {}):
+        import datasets
+
         try:
             ds = ds.cast_column("image", datasets.Image(decode=False))  # keep the PNG bytes as they are
         except Exception:  # noqa: BLE001 - decoded images work too, only slower

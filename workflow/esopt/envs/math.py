@@ -21,6 +21,8 @@ Problems come from three places:
 * `load_dapo(...)`: DAPO-Math-17k (BytedTsinghua-SIA/DAPO-Math-17k), from the hub or
   a local parquet/jsonl/json file.
 * `load_aime(...)`: AIME problems (default MathArena/aime_2026), hub or local file.
+  The hub is read through esopt.envs.hub_data: offline with the dataset not cached,
+  a HubUnavailableError (re-exported here) says so and how to pass a local file.
 
 Answer checking: `is_equivalent` uses math-verify when it is importable (`CHECKER`
 says which checker is active), behind a fast exact path for plain numbers, and a
@@ -36,17 +38,15 @@ import os
 import random
 import re
 import signal
-import socket
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from esopt.envs.answers import extract_answer
+from esopt.envs.hub_data import HubUnavailableError, load_hub_rows
 from esopt.seeding import derive_seed
 
 log = logging.getLogger(__name__)
@@ -507,77 +507,9 @@ _DAPO_PREFIX = re.compile(r"^\s*Solve the following math problem step by step\..
 _DAPO_SUFFIX = re.compile(r"\s*Remember to put your answer on its own line after \"Answer:\"\.?\s*$")
 
 
-class HubUnavailableError(ConnectionError):
-    """A dataset could not be fetched from the Hugging Face Hub (offline, not cached)."""
-
-
-def _env_offline() -> bool:
-    return any(os.environ.get(k, "").strip().upper() in ("1", "ON", "YES", "TRUE")
-               for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))
-
-
-def _hub_reachable(timeout: float = 3.0) -> bool:
-    """A TCP connection to the hub endpoint opens; assumed when a proxy is configured."""
-    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return True
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    try:
-        with socket.create_connection((url.hostname or "huggingface.co", url.port or 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-@contextmanager
-def _offline_mode(on: bool) -> Iterator[None]:
-    """datasets and huggingface_hub read HF_HUB_OFFLINE once, at import; a later
-    setting (or an unreachable hub) must reach them too, or load_dataset retries
-    the network for half a minute. Cache-only loading still works in this mode."""
-    if not on:
-        yield
-        return
-    import datasets.config
-    import huggingface_hub.constants
-
-    saved = datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE
-    datasets.config.HF_HUB_OFFLINE = huggingface_hub.constants.HF_HUB_OFFLINE = True
-    try:
-        yield
-    finally:
-        datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE = saved
-
-
-def _looks_offline(e: BaseException) -> bool:
-    seen = 0
-    while e is not None and seen < 10:
-        name = type(e).__name__
-        if isinstance(e, (ConnectionError, socket.gaierror, TimeoutError)) or "Offline" in name \
-                or "Connect" in name or "LocalEntryNotFound" in name:
-            return True
-        e, seen = e.__cause__ or e.__context__, seen + 1
-    return False
-
-
 def _load_hub(hub_id: str, split: str, loader: str) -> Iterable[dict]:
-    try:
-        import datasets
-    except ImportError as e:
-        raise ImportError(f"loading {hub_id!r} from the hub needs the `datasets` package "
-                          f"(pip install 'esopt[data]'), or pass a local file: {loader}(path='data.parquet')") from e
-    offline = _env_offline() or not _hub_reachable()
-    try:
-        with _offline_mode(offline):
-            return datasets.load_dataset(hub_id, split=split)
-    except Exception as e:
-        if offline or _looks_offline(e):
-            why = "HF_HUB_OFFLINE is set" if _env_offline() else "the Hugging Face Hub cannot be reached"
-            raise HubUnavailableError(
-                f"cannot load dataset {hub_id!r} (split {split!r}): this machine appears to be offline ({why}) "
-                f"and the dataset is not in the local Hugging Face cache. Download it where there is internet "
-                f"(e.g. `huggingface-cli download --repo-type dataset {hub_id} --local-dir DIR`) and pass the "
-                f"local .parquet/.jsonl/.json file or folder instead: {loader}(path='DIR/...parquet')."
-            ) from e
-        raise
+    return load_hub_rows(hub_id, split, local_help=f"{loader}(path='DIR/...parquet'), "
+                                                   "a .parquet/.jsonl/.json file or a folder of them")
 
 
 def _read_file(p: Path) -> list[dict]:

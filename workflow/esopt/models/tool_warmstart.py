@@ -36,13 +36,22 @@ class SFTSettings:
     seed: int
 
 
-def expert_actions(benchmark: str, task: Any) -> list[str]:
-    """The expert's replies for a task, in order: one tool call, then the answer
-    (filled in from the observation: see `demonstrations`)."""
+def expert_actions(benchmark: str, task: Any, tools: Sequence[Tool]) -> list[str]:
+    """The expert's tool call for a task (the answer follows from its output: see
+    `demonstrations`). Math: the program that computes the answer. DocVQA: OCR for the
+    label printed before the answer on its line ("Invoice No" for "Invoice No: INV-4821"),
+    which returns that line alone; the whole text when the answer starts its line."""
     if benchmark == "math":
         from esopt.envs.math import reference_code
 
         return [f"<python>{reference_code(task)}</python>"]
+    ocr = next(t for t in tools if t.name == "ocr")
+    for line in ocr("", task).splitlines():
+        for a in task.answers:
+            i = line.lower().find(a.lower()) if a else -1
+            label = line[:i].strip().rstrip(":").strip() if i > 0 else ""
+            if label:
+                return [f"<ocr>{label}</ocr>"]
     return ["<ocr></ocr>"]
 
 
@@ -71,7 +80,7 @@ def demonstrations(benchmark: str, tasks: Sequence[Any], tools: Sequence[Tool], 
         env = make_env(benchmark, tools, None)
         traj = Trajectory(getattr(task, "id", ""), system, env.reset(task))
         transcripts = []
-        for action in expert_actions(benchmark, task):
+        for action in expert_actions(benchmark, task, tools):
             if rng.random() < mistake_prob:
                 bad = action.rsplit("</", 1)[0]  # an unclosed call
                 obs, _, _, _ = env.step(bad)
