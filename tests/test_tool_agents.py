@@ -153,3 +153,26 @@ def test_mean_at_k_is_the_mean_of_k_sampled_passes(setup, tmp_path):
     trajs = out.with_suffix(".trajectories.jsonl").read_text().splitlines()
     assert len(trajs) == 2 * 4
     assert json.loads(out.with_suffix(".provenance.json").read_text())["command"] == "evaluate-agent"
+
+
+def test_audit_checks_tool_results_against_the_sections_they_depend_on(setup, tmp_path, capsys):
+    from esopt.cli import audit
+
+    out = tmp_path / "es"
+    assert train(setup, "esopt", out) == 0
+    assert audit.main([str(out), "--no-replay"]) == 0
+    cfg_path = Path(setup["config"])
+    saved = cfg_path.read_text()
+    try:
+        cfg = yaml.safe_load(saved)
+        cfg["tool_agents"]["evaluate"]["samples"] = 8  # evaluation only: the training run still holds
+        cfg_path.write_text(yaml.safe_dump(cfg))
+        capsys.readouterr()
+        assert audit.main([str(out), "--no-replay"]) == 0
+        cfg["tool_agents"]["es"]["alpha"] = 0.5  # what the run was trained with
+        cfg_path.write_text(yaml.safe_dump(cfg))
+        capsys.readouterr()
+        assert audit.main([str(out), "--no-replay"]) == 1
+        assert "tool_agents settings of esopt on math" in capsys.readouterr().out
+    finally:
+        cfg_path.write_text(saved)

@@ -350,12 +350,60 @@ def depends_on(rec: dict[str, Any]) -> tuple[str, Callable[[dict[str, Any]], dic
     if cmd == "evaluate":
         return "evaluate, sudoku (not horizons), agent", lambda c: {
             "evaluate": _section(c, "evaluate"), "sudoku": sudoku(c), "agent": agent(c)}
+    if cmd in TOOL_COMMANDS:
+        return _tool_view(cmd, rec)
     if cmd == "memory":
         return "memory, sudoku (not horizons), rl (not methods, seeds), es (not the grid), agent", lambda c: {
             "memory": _section(c, "memory"), "sudoku": sudoku(c),
             "rl": _without(_section(c, "rl"), ("methods", "seeds")),
             "es": _without(_section(c, "es"), ES_GRID_KEYS), "agent": agent(c)}
     return None
+
+
+TOOL_COMMANDS = ("prepare-data", "build-tool-model", "train-agent", "evaluate-agent")
+_TOOL_EPISODE = ("max_turns", "max_tool_calls", "max_new_tokens", "history_turns", "sampling", "sandbox", "ocr")
+
+
+def _tool_view(cmd: str, rec: dict[str, Any]) -> tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]:
+    """The tool_agents sections a tool-agent result depends on (as workflow/rules/tools.smk
+    passes them): the episode settings and tools, plus the set (prepare-data), the model
+    (build-tool-model), the method's settings (train-agent) or evaluate (evaluate-agent).
+    Benchmark, set and method come from the record (argv as a fallback)."""
+    argv = rec.get("argv") or []
+    bench = rec.get("benchmark") or _arg(argv, "--benchmark")
+    data_set = rec.get("set") or _arg(argv, "--set")
+    method = rec.get("method") or _arg(argv, "--method")
+
+    def ta(c):
+        return _section(c, "tool_agents") or {}
+
+    def episode(c):
+        t = ta(c)
+        return {k: t.get(k) for k in _TOOL_EPISODE} | {
+            "tools": {b: s.get("tools") for b, s in (t.get("benchmarks") or {}).items()}}
+
+    if cmd == "prepare-data":
+        def view(c):
+            b = (ta(c).get("benchmarks") or {}).get(bench) or {}
+            spec = b.get("train") if data_set == "train" else (b.get("eval") or {}).get(data_set)
+            return {"set": spec, "ocr": ta(c).get("ocr") if bench == "docvqa" else None}
+        return f"tool_agents.benchmarks.{bench} set {data_set} (+ ocr)", view
+    if cmd == "build-tool-model":
+        return "tool_agents.model and episode settings", lambda c: {"model": ta(c).get("model"), "episode": episode(c)}
+    if cmd == "train-agent":
+        def view(c):
+            t = ta(c)
+            if method == "grpo":
+                g = t.get("grpo") or {}
+                rl = {k: v for k, v in (_section(c, "rl") or {}).items() if k not in g and k not in ("grpo", "ppo", "methods", "seeds")}
+                return {"grpo": g, "rl": rl, "episode": episode(c)}
+            out = {"es": t.get("es"), "es_override": ((t.get("benchmarks") or {}).get(bench) or {}).get("es"),
+                   "episode": episode(c)}
+            if method and "trace2skill" in method:
+                out["trace2skill"] = t.get("trace2skill")
+            return out
+        return f"tool_agents settings of {method} on {bench}, episode settings", view
+    return "tool_agents.evaluate and episode settings", lambda c: {"evaluate": ta(c).get("evaluate"), "episode": episode(c)}
 
 
 def count_parameters(model_dir: Path) -> int | None:
