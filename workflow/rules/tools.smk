@@ -67,8 +67,6 @@ rule train_agent:
     log:
         f"{LOGS}/train_agent/{{agent_method}}_{{benchmark}}_s{{seed}}.log",
     threads: config["threads"]
-    resources:
-        gpu=1 if DIST.get("gpus_per_rank") else 0,
     conda:
         "../../envs/esopt.yaml"
     shell:
@@ -93,8 +91,6 @@ rule evaluate_agent_base:
     log:
         f"{LOGS}/evaluate_agent/no_skill_{{benchmark}}_{{dataset}}.log",
     threads: config["threads"]
-    resources:
-        gpu=1 if DIST.get("gpus_per_rank") else 0,
     conda:
         "../../envs/esopt.yaml"
     shell:
@@ -123,8 +119,6 @@ rule evaluate_agent:
     log:
         f"{LOGS}/evaluate_agent/{{agent_method}}_{{benchmark}}_{{dataset}}_s{{seed}}.log",
     threads: config["threads"]
-    resources:
-        gpu=1 if DIST.get("gpus_per_rank") else 0,
     conda:
         "../../envs/esopt.yaml"
     shell:
