@@ -228,6 +228,15 @@ def tool_train_settings(method, benchmark):
     return out
 
 
+def tool_train_code(method):
+    """Source files of one training method: GRPO builds on esopt.rl, the others on esopt.es."""
+    shared = ("agent", "envs/math.py", "envs/docvqa.py", "envs/answers.py", "eval/tool_episodes.py", "models/load.py",
+              "cli/train_agent.py")
+    if method == "grpo":
+        return code("rl", *shared, "cli/train_rl.py")
+    return code("es", *shared, "cli/train_es.py", *(["prompt"] if "trace2skill" in method else []))
+
+
 def tool_eval_sets():
     """(benchmark, dataset) of every evaluation set, in config order."""
     return [(b, d) for b, spec in TA.get("benchmarks", {}).items() for d in spec.get("eval", {})]

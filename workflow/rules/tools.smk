@@ -55,8 +55,7 @@ rule train_agent:
         config=ancient(CONFIGFILE),
         model=TOOL_MODEL_DIR,
         data=f"{R}/data/{{benchmark}}/train",
-        code=code("es", "rl", "agent", "prompt", "envs/math.py", "envs/docvqa.py", "envs/answers.py",
-                  "eval/tool_episodes.py", "models/load.py", "cli/train_agent.py", "cli/train_es.py", "cli/train_rl.py"),
+        code=lambda wc: tool_train_code(wc.agent_method),
     output:
         run=directory(f"{R}/train/{{agent_method}}/{TOOL_MODEL}/{{benchmark}}/s{{seed}}"),
     params:
