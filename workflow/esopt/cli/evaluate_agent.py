@@ -41,10 +41,10 @@ def main_fn(args: argparse.Namespace) -> int:
     tools = make_tools(cfg, args.benchmark, args.data)
     spec = ToolEpisodeSpec.from_config(cfg, args.benchmark, ev["decoding"], batch_size=ev["batch_size"])
     inputs = [args.config, args.model, args.data] + ([args.skill] if args.skill else [])
-    for upstream in {Path(args.model).parent / "provenance.json", *([Path(args.skill).parent / "provenance.json"]
-                                                                   if args.skill else [])}:
-        if upstream.exists():  # the training run that made the model or the skill
-            inputs.append(str(upstream))
+    runs = [Path(args.model).parent] + ([Path(args.skill).parent] if args.skill else [])
+    for run in dict.fromkeys(runs):  # the training run that made the model or the skill, once, in order
+        if (run / "provenance.json").exists():
+            inputs.append(str(run / "provenance.json"))
     prov = Provenance("evaluate-agent", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                       seeds={"evaluate": seed}, inputs=inputs)
     samples, every = [], []

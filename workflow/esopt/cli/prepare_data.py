@@ -54,7 +54,7 @@ def build_tasks(benchmark: str, name: str, spec: dict[str, Any], out: Path) -> t
             levels = [levels] if isinstance(levels, str) else list(levels)
             parts = [m.generate_problems(n // len(levels) + (i < n % len(levels)), seed=seed, split=split, level=lv)
                      for i, lv in enumerate(levels)]
-            return [t for group in zip(*parts) for t in group] + [t for p in parts for t in p[len(parts[-1]):]], inputs
+            return [p[i] for i in range(max(map(len, parts))) for p in parts if i < len(p)], inputs  # round robin
         if src == "dapo":  # one file; our train/test split by a hash of the question
             rows = m.load_dapo(path or spec.get("hub_id"), split=spec.get("split", "train"))
             return [t for t in rows if m.split_of(t.question) == split][:n], inputs

@@ -9,6 +9,7 @@ correct math answer, ANLS for DocVQA.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -23,7 +24,9 @@ from esopt.agent.rollout import Sampling, Trajectory, rollout
 from esopt.agent.tools import Tool
 from esopt.io import write_text_atomic
 
-BENCHMARKS = ("math", "docvqa")
+# benchmark -> (its task class, its environment class) in esopt.envs.BENCHMARK
+_CLASSES = {"math": ("MathTask", "MathEnv"), "docvqa": ("DocTask", "DocVQAEnv")}
+BENCHMARKS = tuple(_CLASSES)
 TASKS_FILE = "tasks.jsonl"
 
 
@@ -32,15 +35,13 @@ def _check(benchmark: str) -> None:
         raise ValueError(f"benchmark {benchmark!r}: expected one of {BENCHMARKS}")
 
 
-def task_class(benchmark: str):
+def _env_module(benchmark: str):
     _check(benchmark)
-    if benchmark == "math":
-        from esopt.envs.math import MathTask
+    return importlib.import_module(f"esopt.envs.{benchmark}")
 
-        return MathTask
-    from esopt.envs.docvqa import DocTask
 
-    return DocTask
+def task_class(benchmark: str):
+    return getattr(_env_module(benchmark), _CLASSES[benchmark][0])
 
 
 def write_tasks(data_dir: str | os.PathLike, tasks: Sequence[Any]) -> Path:
@@ -117,12 +118,7 @@ def make_tools(cfg: dict[str, Any], benchmark: str, data_dir: str | os.PathLike 
 
 
 def task_instructions(benchmark: str) -> str:
-    _check(benchmark)
-    if benchmark == "math":
-        from esopt.envs.math import instructions
-    else:
-        from esopt.envs.docvqa import instructions
-    return instructions()
+    return _env_module(benchmark).instructions()
 
 
 def system_prompt(benchmark: str, tools: Sequence[Tool], skill: str = "") -> str:
@@ -134,12 +130,8 @@ def system_prompt(benchmark: str, tools: Sequence[Tool], skill: str = "") -> str
 
 
 def make_env(benchmark: str, tools: Sequence[Tool], max_tool_calls: int | None) -> ReActEnv:
-    _check(benchmark)
-    if benchmark == "math":
-        from esopt.envs.math import MathEnv as Env
-    else:
-        from esopt.envs.docvqa import DocVQAEnv as Env
-    return ReActEnv(Env(), tools, max_tool_calls)
+    env = getattr(_env_module(benchmark), _CLASSES[benchmark][1])()
+    return ReActEnv(env, tools, max_tool_calls)
 
 
 @dataclass(frozen=True)
