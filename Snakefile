@@ -17,6 +17,7 @@ include: "workflow/rules/baselines.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/tools.smk"
+include: "workflow/rules/ahd.smk"
 
 
 rule all:
@@ -30,3 +31,4 @@ rule all:
         rules.report_population.output if STUDY else [],
         rules.report_memory.output if MEMORY_METHODS else [],
         rules.report_tool_agents.output if TA else [],
+        rules.report_ahd.output if AHD else [],

@@ -12,6 +12,7 @@ from pathlib import Path
 import nbformat
 import pandas as pd
 import pytest
+from esopt.report.ahd import ahd_comparisons, load_ahd_runs, win_summary
 from esopt.report.ablation import ablation_table, parse_flat_reference, plot_ablation
 from esopt.report.curves import curves_table, load_runs, plot_curves
 from esopt.report.methods import LABELS, STYLES, load_budgets, methods_table
@@ -38,6 +39,7 @@ PARAMETERS = {
     "sigma_ablation": ["evals", "horizon", "reference", "table", "figure", "title"],
     "wall_clock": ["budgets", "reference", "table", "figure", "title"],
     "tool_agents": ["evals", "columns", "reference", "table", "figure", "title"],
+    "ahd": ["runs", "reference", "table", "figure", "title"],
 }
 TOOL_COLUMNS = {"math_dapo": "DAPO", "math_aime": "AIME", "docvqa_docvqa": "DocVQA"}
 
@@ -164,7 +166,23 @@ def make_tree(root: Path) -> Path:
                 write_tool_eval(root, method, b, d, base + 0.02 * (i + 1) + 0.01 * seed, seed)
     for method, above in [("inference", 10 << 20), ("es", 11 << 20), ("grpo", 200 << 20), ("ppo", 400 << 20)]:
         write_memory(root, "tiny-qwen35-probe", method, 200 << 20, above)
+    # heuristic design: 2 tasks x 2 searches x 1 budget x (base, esopt) x 2 repetitions
+    for task, ref in (("construct_tsp", 20.0), ("aco_bpp", 1.5)):
+        for search in ("eoh", "sample"):
+            for es in (False, True):
+                for rep in (0, 1):
+                    obj = ref / 2 + rep - (0.5 if es and search == "eoh" else 0.0)
+                    write_ahd_run(root, task, search, 100, es, rep, obj, ref)
     return root
+
+
+def write_ahd_run(root, task, search, budget, es, rep, test_objective, reference):
+    """A `esopt search-heuristics` result.json at ROOT/results/ahd/MODEL/TASK/SEARCH_bB_VARIANT/rREP."""
+    run = root / f"results/ahd/tiny-qwen35-ahd/{task}/{search}_b{budget}_{'esopt' if es else 'base'}/r{rep}"
+    return write_json(run / "result.json", {
+        "task": task, "search": search, "budget": budget, "es": es, "seed": rep, "metric": "objective",
+        "test_objective": test_objective, "search_objective": None if test_objective is None else test_objective - 0.1,
+        "reference_test_objective": reference, "valid_rate": 0.5, "samples": budget, "es_generations": 3 if es else 0})
 
 
 @pytest.fixture(scope="module")
@@ -379,6 +397,30 @@ def test_wall_clock_table(tree, tmp_path):
     assert (tmp_path / "rl_only.png").stat().st_size > 1000
 
 
+def test_ahd_table_matches_each_setting_and_counts_wins(tree):
+    runs = load_ahd_runs(rel(tree, "results/ahd/*/*/*/r*/result.json"))
+    assert len(runs) == 16
+    tab = ahd_comparisons(runs)
+    assert list(zip(tab.task, tab.search)) == [("construct_tsp", "EoH"), ("construct_tsp", "Sample"),
+                                               ("aco_bpp", "EoH"), ("aco_bpp", "Sample")]  # the paper's task order
+    eoh = tab.iloc[0]  # ESOpt 0.5 lower in both repetitions: a win, 2 of 2 pairs
+    assert (eoh.baseline, eoh.esopt, eoh.difference, eoh.win, eoh["pair wins"]) == (10.5, 10.0, -0.5, True, 2)
+    assert eoh.reference == 20.0 and eoh["baseline std"] == pytest.approx(0.7071, abs=1e-4)
+    sample = tab.iloc[1]  # a tie is not a win
+    assert (sample.difference, sample.win, sample["pair wins"]) == (0.0, False, 0)
+    assert win_summary(tab) == "ESOpt improves its baseline in 2 of 4 settings (4 of 8 matched pairs)"
+    assert win_summary(tab, {"wins": 28, "comparisons": 36}).endswith("paper: 28 of 36")
+
+
+def test_ahd_run_without_a_valid_heuristic_counts_as_worst(tree, tmp_path):
+    write_ahd_run(tmp_path, "aco_tsp", "eoh", 100, False, 0, 5.0, 6.0)
+    write_ahd_run(tmp_path, "aco_tsp", "eoh", 100, True, 0, None, 6.0)
+    tab = ahd_comparisons(load_ahd_runs(rel(tmp_path, "results/ahd/*/*/*/r*/result.json")))
+    assert tab.iloc[0].esopt == math.inf and not tab.iloc[0].win and math.isnan(tab.iloc[0].difference)
+    with pytest.raises(ValueError, match="two runs of the same setting"):
+        load_ahd_runs([tmp_path / "results/ahd/tiny-qwen35-ahd/aco_tsp/eoh_b100_base/r0"] * 2)
+
+
 # ---------------------------------------------------------------- the notebooks
 
 
@@ -421,6 +463,8 @@ def notebook_params(root: Path, out: Path) -> dict[str, dict]:
                        "reference": {"esopt": 9.4, "grpo": 19.0}, **common("wall_clock")},
         "tool_agents": {"evals": ev("results/eval/tiny-qwen35-tools/tools/*/*.json"), "columns": [list(kv) for kv in TOOL_COLUMNS.items()],
                         "reference": {"DAPO": 13.8, "AIME": 15.0, "DocVQA": 12.3}, **common("tool_agents")},
+        "ahd": {"runs": ev("results/ahd/*/*/*/r*/result.json"), "reference": {"wins": 28, "comparisons": 36},
+                **common("ahd")},
     }
 
 

@@ -52,10 +52,12 @@ def planned_jobs(res) -> dict[str, int]:
 
 
 REPORTS = {f"report_{r}": 1 for r in ("sudoku", "methods", "training_curves", "population", "sigma_ablation",
-                                      "wall_clock", "memory", "tool_agents")}
+                                      "wall_clock", "memory", "tool_agents", "ahd")}
 # tool agents: math (train, dapo, aime) and docvqa (train, docvqa) sets, the tiny tool model,
 # 4 trained methods x 2 benchmarks x 1 seed, No Skill and every run on the 3 evaluation sets
 TOOL_JOBS = {"prepare_data": 5, "build_tool_model": 1, "train_agent": 8, "evaluate_agent_base": 3, "evaluate_agent": 12}
+# heuristic design: the tiny writer, construct_tsp x (EoH, Sample) x 1 budget x (base, ESOpt) x 1 repetition
+AHD_JOBS = {"build_ahd_model": 1, "search_heuristics": 4}
 
 
 def test_dry_run_plans_the_grid(workdir):
@@ -65,8 +67,8 @@ def test_dry_run_plans_the_grid(workdir):
     # population study at H*=3, G 2 and 4, two model sizes (main model G=4 is the main run);
     # GRPO (T 0.7 and T 1) and PPO at 2 horizons x 1 seed; 4 memory probes
     assert jobs == {"all": 1, "build_model": 2, "build_probe_model": 1, "evaluate_base": 3, "train_es": 8,
-                    "evaluate_es": 10, "train_rl": 6, "evaluate_rl": 6, "memory": 4, **TOOL_JOBS, **REPORTS,
-                    "total": 78}
+                    "evaluate_es": 10, "train_rl": 6, "evaluate_rl": 6, "memory": 4, **TOOL_JOBS, **AHD_JOBS,
+                    **REPORTS, "total": 84}
 
 
 def test_paper_config_plans_the_papers_grid(workdir):
@@ -79,9 +81,11 @@ def test_paper_config_plans_the_papers_grid(workdir):
     # (G=32 is the main run) 6, 9B at G 8/16/32 9 -> 36 ES runs; 54 ES evaluations
     # (27 + 9 + 3 + 15); base 4B at 3 H*, 9B at H*=15; GRPO, GRPO T=1, PPO 27 runs.
     # Tool agents on the 4B: 5 data sets, 4 methods x 2 benchmarks x 3 seeds, 3 + 36 evaluations.
+    # Heuristic design: the 8B writer, 6 tasks x 2 searches x 2 budgets x (base, ESOpt) x 3 repetitions.
     assert jobs == {"all": 1, "build_model": 2, "evaluate_base": 4, "train_es": 36, "evaluate_es": 54,
                     "train_rl": 27, "evaluate_rl": 27, "memory": 4, "prepare_data": 5, "train_agent": 24,
-                    "evaluate_agent_base": 3, "evaluate_agent": 36, **REPORTS, "total": 231}
+                    "evaluate_agent_base": 3, "evaluate_agent": 36, "build_ahd_model": 1, "search_heuristics": 144,
+                    **REPORTS, "total": 377}
     assert "--nproc-per-node 4" in res.stdout  # train_es runs under torchrun, 4 ranks (config distributed)
 
 
@@ -107,7 +111,7 @@ def test_pipeline_runs_then_has_nothing_to_do(workdir):
     # each figure's notebook, executed, kept as the log of its rule
     executed = sorted(p.stem for p in (workdir / "results/notebooks").glob("*.ipynb"))
     assert executed == sorted(["sudoku_horizon", "horizon_crossover", "training_curves", "population", "sigma_ablation",
-                               "wall_clock", "memory", "tool_agents"])
+                               "wall_clock", "memory", "tool_agents", "ahd"])
     tools = pd.read_csv(workdir / "results/tables/tool_agents.csv")
     assert tools.label.tolist() == ["No Skill", "Agentic GRPO", "Agentic ESOpt", "Trace2Skill", "ESOpt + Trace2Skill"]
     assert {"DAPO", "AIME", "DocVQA", "DAPO Δ", "average Δ"} <= set(tools.columns)
@@ -116,6 +120,13 @@ def test_pipeline_runs_then_has_nothing_to_do(workdir):
     assert set(population.model) == {"smoke-qwen35", "smoke-qwen35-wide"}
     assert population.groupby("method").population.apply(lambda g: sorted(g.dropna())).to_dict() == {
         "base": [], "esopt": [2, 2, 4, 4]}
+    ahd = pd.read_csv(workdir / "results/tables/ahd.csv")
+    assert list(zip(ahd.task, ahd.search, ahd.budget)) == [("construct_tsp", "EoH", 16), ("construct_tsp", "Sample", 16)]
+    assert (ahd.reps == 1).all() and ahd.win.dtype == bool
+    for run in (workdir / "results/ahd/smoke-qwen35-ahd/construct_tsp").glob("*/r0"):
+        result = json.loads((run / "result.json").read_text())
+        assert result["samples"] == 16 and len((run / "samples.jsonl").read_text().splitlines()) == 16
+        assert (run / "history.json").exists() == run.parent.name.endswith("_esopt")
     assert "Nothing to be done" in (r := smk(workdir, "-n")).stdout + r.stderr
 
 
@@ -125,25 +136,30 @@ def test_report_bundles_figures_captions_and_provenance(workdir):
     with zipfile.ZipFile(workdir / "results/report.zip") as z:
         names = z.namelist()
     for name in ("horizon_crossover", "training_curves", "population", "sigma_ablation", "wall_clock", "memory",
-                 "tool_agents"):
+                 "tool_agents", "ahd"):
         assert any(n.endswith(f"{name}.png") for n in names), name
-    assert sum(n.endswith(".provenance.json") for n in names) == 8  # each table's record, as a report item
+    assert sum(n.endswith(".provenance.json") for n in names) == 9  # each table's record, as a report item
 
 
 def test_editing_a_module_reruns_only_the_rules_that_use_it(workdir):
     smk(workdir)  # up to date (no-op when the previous test ran)
     edit = lambda path: path.write_text(path.read_text() + "\n# an edit\n")  # Snakemake compares checksums, not only mtimes
     edit(workdir / "workflow/esopt/report/sudoku.py")  # every report builds on esopt.report
-    assert planned_jobs(smk(workdir, "-n")) == {"all": 1, **REPORTS, "total": 9}
+    assert planned_jobs(smk(workdir, "-n")) == {"all": 1, **REPORTS, "total": 10}
     edit(workdir / "workflow/esopt/rl/losses.py")  # RL baselines, memory, and the tool agents' GRPO
+    not_ahd = {k: v for k, v in REPORTS.items() if k != "report_ahd"}
     assert planned_jobs(smk(workdir, "-n")) == {
-        "all": 1, "train_rl": 6, "evaluate_rl": 6, "memory": 4, "train_agent": 2, "evaluate_agent": 3, **REPORTS,
+        "all": 1, "train_rl": 6, "evaluate_rl": 6, "memory": 4, "train_agent": 2, "evaluate_agent": 3, **not_ahd,
         "total": 30}
     smk(workdir)
     edit(workdir / "workflow/esopt/es/perturb.py")
-    jobs = planned_jobs(smk(workdir, "-n"))  # and the tool agents' ES and Trace2Skill runs (not GRPO)
+    jobs = planned_jobs(smk(workdir, "-n"))  # and the tool agents' ES and Trace2Skill runs (not GRPO), and the AHD runs
     assert jobs == {"all": 1, "train_es": 8, "evaluate_es": 10, "memory": 4, "train_agent": 6, "evaluate_agent": 9,
-                    **REPORTS, "total": 46}
+                    "search_heuristics": 4, **REPORTS, "total": 51}
+    smk(workdir)
+    edit(workdir / "workflow/esopt/envs/ahd/construct.py")  # only the heuristic-design runs and their report
+    assert planned_jobs(smk(workdir, "-n")) == {"all": 1, "build_ahd_model": 1, "search_heuristics": 4,
+                                                 "report_ahd": 1, "total": 7}
 
 
 def test_a_config_edit_reruns_only_the_rules_whose_section_changed(workdir):

@@ -85,7 +85,7 @@ def code(*parts):
 
 
 def wildcards_json(wildcards):
-    return json.dumps(dict(wildcards)).replace('"', '\\"')
+    return json.dumps(dict(wildcards), sort_keys=True).replace('"', '\\"')
 
 
 def es_dir(es_method, model, horizon, population, seed):
@@ -234,7 +234,10 @@ def tool_train_code(method):
               "cli/train_agent.py")
     if method == "grpo":
         return code("rl", *shared, "cli/train_rl.py")
-    return code("es", *shared, "cli/train_es.py", *(["prompt"] if "trace2skill" in method else []))
+    return code("es", *shared, "cli/train_es.py", *(TRACE2SKILL_CODE if "trace2skill" in method else []))
+
+
+TRACE2SKILL_CODE = ("prompt/__init__.py", "prompt/analyst.py", "prompt/skill.py", "prompt/trace2skill.py")
 
 
 def tool_eval_sets():

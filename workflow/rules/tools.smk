@@ -31,7 +31,8 @@ if TOOL_MODEL_BUILT:
         input:
             config=ancient(CONFIGFILE),
             data=expand(f"{R}/data/{{benchmark}}/train", benchmark=TOOL_BENCHMARKS),
-            code=code("models", "agent", "envs/math.py", "envs/docvqa.py", "envs/answers.py", "eval/tool_episodes.py",
+            code=code("models/__init__.py", "models/hub.py", "models/load.py", "models/tiny.py", "models/tokenizer.py",
+                      "models/warmstart.py", "models/tool_warmstart.py", "agent", "envs/math.py", "envs/docvqa.py", "envs/answers.py", "eval/tool_episodes.py",
                       "cli/build_tool_model.py"),
         output:
             model=directory(TOOL_MODEL_DIR),

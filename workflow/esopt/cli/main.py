@@ -20,6 +20,8 @@ COMMANDS = {
     "build-tool-model": "esopt.cli.build_tool_model",
     "train-agent": "esopt.cli.train_agent",
     "evaluate-agent": "esopt.cli.evaluate_agent",
+    "build-ahd-model": "esopt.cli.build_ahd_model",
+    "search-heuristics": "esopt.cli.search_heuristics",
 }
 
 

@@ -29,8 +29,10 @@ ranks         ES over torch.distributed ranks: every replica's final weights has
               to final_weights_sha256
 base-weights  ES/RL: the base model (the --model input) loads to base_weights_sha256
 replay        ES: the history replayed onto the base model gives final_weights_sha256
-              (train-rl: a note; RL runs cannot be replayed)
-saved-weights ES/RL: the saved DIR/model loads to final_weights_sha256
+              (train-rl: a note; RL runs cannot be replayed; search-heuristics --es: the
+              writer's online updates, to the final hash its history.json records)
+saved-weights ES/RL: the saved DIR/model loads to final_weights_sha256 (not for
+              search-heuristics, which keeps no model)
 code          note only: the recorded git commit (and dirty flag) against the checkout now
 
 Report records (command "notebook:NAME", written by the figure notebooks beside their
@@ -352,6 +354,8 @@ def depends_on(rec: dict[str, Any]) -> tuple[str, Callable[[dict[str, Any]], dic
             "evaluate": _section(c, "evaluate"), "sudoku": sudoku(c), "agent": agent(c)}
     if cmd in TOOL_COMMANDS:
         return _tool_view(cmd, rec)
+    if cmd in AHD_COMMANDS:
+        return _ahd_view(cmd, rec)
     if cmd == "memory":
         return "memory, sudoku (not horizons), rl (not methods, seeds), es (not the grid), agent", lambda c: {
             "memory": _section(c, "memory"), "sudoku": sudoku(c),
@@ -404,6 +408,48 @@ def _tool_view(cmd: str, rec: dict[str, Any]) -> tuple[str, Callable[[dict[str, 
             return out
         return f"tool_agents settings of {method} on {bench}, episode settings", view
     return "tool_agents.evaluate and episode settings", lambda c: {"evaluate": ta(c).get("evaluate"), "episode": episode(c)}
+
+
+AHD_COMMANDS = ("build-ahd-model", "search-heuristics")
+
+
+def _ahd_view(cmd: str, rec: dict[str, Any]) -> tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]:
+    """The ahd sections a heuristic-design result depends on (as workflow/rules/ahd.smk
+    passes them): the writer model, or one run's task, budget, search and ES settings."""
+    argv = rec.get("argv") or []
+
+    def ahd(c):
+        return _section(c, "ahd") or {}
+
+    if cmd == "build-ahd-model":
+        return "ahd.model, tasks, response, eoh.parents_e", lambda c: {
+            "model": ahd(c).get("model"), "tasks": list(ahd(c).get("tasks") or {}), "response": ahd(c).get("response"),
+            "parents_e": (ahd(c).get("eoh") or {}).get("parents_e")}
+    task = rec.get("task") or _arg(argv, "--task")
+    search = rec.get("search") or _arg(argv, "--search")
+    budget = rec.get("budget") or _arg(argv, "--budget")
+    es = rec.get("es") if "es" in rec else "--es" in argv
+
+    def view(c):
+        a = ahd(c)
+        out = {k: a.get(k) for k in ("response", "writer", "test_seed", "evaluation")}
+        out["task"] = (a.get("tasks") or {}).get(task)
+        out["budget"] = next((b for b in a.get("budgets") or [] if str(b.get("samples")) == str(budget)), None)
+        if search == "eoh":
+            out["eoh"] = a.get("eoh")
+        if es:
+            out["es"] = a.get("es")
+        return out
+    return f"ahd settings of {task} / {search} / budget {budget}{' + ES' if es else ''}", view
+
+
+def _history_final(rec: dict[str, Any], res: Callable[[str], Path]) -> str | None:
+    """The final weight hash a run's history.json records (None if it has none)."""
+    key = next((o for o in rec.get("outputs") or {} if Path(o).name == "history.json"), None)
+    try:
+        return (json.loads(res(key).read_text()).get("final") or {}).get("weights_sha256") if key else None
+    except (OSError, ValueError):
+        return None
 
 
 def count_parameters(model_dir: Path) -> int | None:
@@ -602,7 +648,11 @@ class Auditor:
                 emit(self._hash_check("model-weights", shown, model_dir / f, want, rp))
 
         # weights: ES history, replay, saved model
-        if rec["command"] in ("train-es", "train-rl"):
+        if rec["command"] == "search-heuristics" and rec.get("es") and "final_weights_sha256" not in rec:
+            # online ES on the heuristic writer: no model is saved; the history's final hash
+            # (an output, re-hashed above) is what the replay must reach
+            rec = {**rec, "final_weights_sha256": _history_final(rec, res)}
+        if rec["command"] in ("train-es", "train-rl") or (rec["command"] == "search-heuristics" and rec.get("es")):
             lacking = [k for k in ("base_weights_sha256", "final_weights_sha256") if not isinstance(rec.get(k), str)]
             if lacking:
                 emit(Check("history" if rec["command"] == "train-es" else "saved-weights", rp, "fail",
@@ -688,7 +738,7 @@ class Auditor:
         from esopt.es.history import History
 
         checks: list[Check] = []
-        es = rec["command"] == "train-es"
+        es = rec["command"] in ("train-es", "search-heuristics")
         hist_key = next((o for o in rec["outputs"] if Path(o).name == "history.json"), None)
         history = None
         if es and hist_key is None:
@@ -729,9 +779,10 @@ class Auditor:
         model_arg = _arg(rec.get("argv") or [], "--model")
         out_arg = _arg(rec.get("argv") or [], "--out")
         base_dir = res(model_arg) if model_arg else None
-        saved_key = str(Path(out_arg) / "model") if out_arg else None
+        saves_model = rec["command"] != "search-heuristics"  # online ES at test time keeps no model
+        saved_key = str(Path(out_arg) / "model") if out_arg and saves_model else None
         saved_dir = res(saved_key) if saved_key else None
-        names = (["base-weights"] + (["replay"] if es else []) + ["saved-weights"])
+        names = (["base-weights"] + (["replay"] if es else []) + (["saved-weights"] if saves_model else []))
         targets = {"base-weights": model_arg or "(none)", "replay": hist_key or "(none)", "saved-weights": saved_key or "(none)"}
 
         def skip_all(why: str) -> list[Check]:
@@ -804,7 +855,9 @@ class Auditor:
                                   f"the run saved {_short(rec['final_weights_sha256'])}" + self._drift(rec))
                     checks.append(Check("replay", targets["replay"], "ok" if ok else "fail", detail, rp))
             del model
-            if saved_dir is None or not (saved_dir / "config.json").is_file():
+            if rec["command"] == "search-heuristics":
+                pass  # test-time ES keeps no model: the replay is its weight check
+            elif saved_dir is None or not (saved_dir / "config.json").is_file():
                 checks.append(Check("saved-weights", targets["saved-weights"], "fail", f"no saved model at {saved_dir}", rp))
             else:
                 try:

@@ -1,0 +1,108 @@
+# Stage 6: test-time automatic heuristic design; config `ahd`. Each setting (task,
+# search, budget) runs with and without online ES on the writer, per repetition, and
+# the report counts the settings in which ESOpt improves its matched baseline.
+
+AHD = config.get("ahd") or {}
+AHD_MODEL_BUILT = bool(AHD.get("model"))  # a tiny writer, or a hub writer of its own
+AHD_MODEL = AHD["model"]["name"] if AHD_MODEL_BUILT else MODEL
+AHD_MODEL_DIR = f"{R}/models/{AHD_MODEL}"
+AHD_VARIANTS = {"base": "", "esopt": "--es"}  # the fixed model, and online Agentic ESOpt
+AHD_CODE = code("envs/ahd", "agent/tools/python_sandbox.py", "prompt/heuristics.py", "prompt/eoh.py",
+                "prompt/analyst.py", "eval/heuristic_search.py", "es", "models/load.py", "cli/search_heuristics.py")
+
+wildcard_constraints:
+    ahd_task="|".join(AHD.get("tasks", {})) or "none",
+    ahd_search="eoh|sample",
+    ahd_variant="base|esopt",
+
+
+def ahd_settings(wc):
+    """The config sections one run depends on (a new task or budget reruns nothing else)."""
+    keys = ("response", "writer", "test_seed", "evaluation")
+    out = {k: AHD[k] for k in keys} | {"task": AHD["tasks"][wc.ahd_task],
+                                        "budget": next(b for b in AHD["budgets"] if b["samples"] == int(wc.budget))}
+    if wc.ahd_search == "eoh":
+        out["eoh"] = AHD["eoh"]
+    if wc.ahd_variant == "esopt":
+        out["es"] = AHD["es"]
+    return out
+
+
+def ahd_runs():
+    return [f"{R}/ahd/{AHD_MODEL}/{t}/{s}_b{b['samples']}_{v}/r{r}"
+            for t in AHD.get("tasks", {}) for s in AHD.get("searches", []) for b in AHD.get("budgets", [])
+            for v in AHD_VARIANTS for r in AHD.get("repetitions", [])]
+
+
+# The tiny writer: tokenizer and warm start on expression-mode demonstrations of every
+# task and operator. Configs whose writer is a hub model use the main model instead.
+if AHD_MODEL_BUILT:
+
+    rule build_ahd_model:
+        input:
+            config=ancient(CONFIGFILE),
+            code=code("models/__init__.py", "models/hub.py", "models/load.py", "models/tiny.py", "models/tokenizer.py",
+                      "models/warmstart.py", "models/tool_warmstart.py", "models/expressions.py", "envs/ahd",
+                      "prompt/heuristics.py", "cli/build_ahd_model.py"),
+        output:
+            model=directory(AHD_MODEL_DIR),
+        params:
+            model=AHD.get("model"),
+            tasks=list(AHD.get("tasks", {})),
+            response=AHD.get("response"),
+            parents_e=AHD.get("eoh", {}).get("parents_e"),
+        log:
+            f"{LOGS}/build_ahd_model/{AHD_MODEL}.log",
+        threads: (AHD.get("model") or {}).get("warmstart", {}).get("threads", config["threads"])
+        conda:
+            "../../envs/esopt.yaml"
+        shell:
+            "esopt build-ahd-model --config {input.config} --out {output.model} --rule {rule} > {log} 2>&1"
+
+
+# One run: a search (EoH or Sample) for one task and budget, on the fixed writer (base) or
+# with online ES on the writer (esopt), one repetition.
+rule search_heuristics:
+    input:
+        config=ancient(CONFIGFILE),
+        model=AHD_MODEL_DIR,
+        code=AHD_CODE,
+    output:
+        run=directory(f"{R}/ahd/{AHD_MODEL}/{{ahd_task}}/{{ahd_search}}_b{{budget}}_{{ahd_variant}}/r{{rep}}"),
+    params:
+        settings=ahd_settings,
+        es=lambda wc: AHD_VARIANTS[wc.ahd_variant],
+        wildcards=lambda wc: wildcards_json(wc),
+    log:
+        f"{LOGS}/search_heuristics/{{ahd_task}}_{{ahd_search}}_b{{budget}}_{{ahd_variant}}_r{{rep}}.log",
+    threads: config["threads"]
+    conda:
+        "../../envs/esopt.yaml"
+    shell:
+        "esopt search-heuristics --config {input.config} --task {wildcards.ahd_task} --search {wildcards.ahd_search} "
+        "--budget {wildcards.budget} {params.es} --seed {wildcards.rep} --model {input.model} --out {output.run} "
+        '--rule {rule} --wildcards "{params.wildcards}" > {log} 2>&1'
+
+
+# Every matched comparison and the win count, with the figure.
+rule report_ahd:
+    input:
+        runs=ahd_runs(),
+        notebook=notebook("ahd"),
+        code=code("report"),
+    output:
+        table=report(f"{R}/tables/ahd.csv", caption="../report/ahd.rst", category="Heuristic design"),
+        figure=report(f"{R}/figures/ahd.png", caption="../report/ahd.rst", category="Heuristic design"),
+        provenance=report(f"{R}/tables/ahd.provenance.json", caption="../report/provenance.rst",
+                          category="Provenance"),
+    params:
+        nb=papermill_params(runs=lambda i, o: [f"{r}/result.json" for r in i.runs], reference=reference("ahd"),
+                            table=lambda i, o: o.table, figure=lambda i, o: o.figure,
+                            title=f"{config['name']}: {AHD_MODEL}, heuristic design (test objective, lower is better)"),
+    log:
+        notebook=f"{R}/notebooks/ahd.ipynb",
+        stdout=f"{LOGS}/report_ahd.log",
+    conda:
+        "../../envs/esopt.yaml"
+    shell:
+        PAPERMILL
