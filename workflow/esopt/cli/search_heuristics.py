@@ -130,9 +130,11 @@ def main_fn(args: argparse.Namespace) -> int:
     outputs = [out / "result.json", out / "samples.jsonl"] + ([out / "history.json"] if es else [])
     write_text_atomic(out / "samples.jsonl", "".join(json.dumps(s) + "\n" for s in run.samples))
     write_json_atomic(out / "result.json", result)
-    prov.write(out / "provenance.json", outputs=outputs,
-               extra={"task": args.task, "search": args.search, "budget": args.budget, "es": bool(args.es),
-                      "base_weights_sha256": base_hash})
+    extra = {"task": args.task, "search": args.search, "budget": args.budget, "es": bool(args.es),
+             "base_weights_sha256": base_hash}
+    if es is not None:
+        extra["final_weights_sha256"] = result["final_weights_sha256"]  # what `esopt audit` replays to
+    prov.write(out / "provenance.json", outputs=outputs, extra=extra)
     shutil.rmtree(resume_dir)
     log.info("%s %s budget %d es=%s: best search %.4g, test %s (reference %s)", args.task, args.search,
              args.budget, bool(args.es), best["objective"] if best else float("nan"), result["test_objective"],
