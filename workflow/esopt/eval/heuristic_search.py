@@ -194,7 +194,6 @@ class HeuristicSearchRun:
             children.append(req.child(reply=text, thought=p[0] if p else "", code=codes[i],
                                       objective=ev.objective if p else None, error=error))
         self.search.accept(requests, children)
-        rec = None
         if es_on:
             parent_obj = [min((q.objective for q in r.parents if q.objective is not None), default=None)
                           for r in requests]

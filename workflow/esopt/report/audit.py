@@ -30,7 +30,7 @@ ranks         ES over torch.distributed ranks: every replica's final weights has
 base-weights  ES/RL: the base model (the --model input) loads to base_weights_sha256
 replay        ES: the history replayed onto the base model gives final_weights_sha256
               (train-rl: a note; RL runs cannot be replayed; search-heuristics --es: the
-              writer's online updates, to the final hash its history.json records)
+              writer's online updates)
 saved-weights ES/RL: the saved DIR/model loads to final_weights_sha256 (not for
               search-heuristics, which keeps no model)
 code          note only: the recorded git commit (and dirty flag) against the checkout now
@@ -443,15 +443,6 @@ def _ahd_view(cmd: str, rec: dict[str, Any]) -> tuple[str, Callable[[dict[str, A
     return f"ahd settings of {task} / {search} / budget {budget}{' + ES' if es else ''}", view
 
 
-def _history_final(rec: dict[str, Any], res: Callable[[str], Path]) -> str | None:
-    """The final weight hash a run's history.json records (None if it has none)."""
-    key = next((o for o in rec.get("outputs") or {} if Path(o).name == "history.json"), None)
-    try:
-        return (json.loads(res(key).read_text()).get("final") or {}).get("weights_sha256") if key else None
-    except (OSError, ValueError):
-        return None
-
-
 def count_parameters(model_dir: Path) -> int | None:
     """Parameter count from safetensors headers (no weights read); None without safetensors."""
     total, seen = 0, False
@@ -648,10 +639,6 @@ class Auditor:
                 emit(self._hash_check("model-weights", shown, model_dir / f, want, rp))
 
         # weights: ES history, replay, saved model
-        if rec["command"] == "search-heuristics" and rec.get("es") and "final_weights_sha256" not in rec:
-            # online ES on the heuristic writer: no model is saved; the history's final hash
-            # (an output, re-hashed above) is what the replay must reach
-            rec = {**rec, "final_weights_sha256": _history_final(rec, res)}
         if rec["command"] in ("train-es", "train-rl") or (rec["command"] == "search-heuristics" and rec.get("es")):
             lacking = [k for k in ("base_weights_sha256", "final_weights_sha256") if not isinstance(rec.get(k), str)]
             if lacking:

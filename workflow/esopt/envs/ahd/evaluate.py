@@ -27,7 +27,7 @@ import json
 import secrets
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
 from esopt.agent.tools.python_sandbox import PythonSandbox
@@ -181,7 +181,7 @@ class HeuristicEvaluator:
         with self._lock:
             hit = self._cache.get(code)
         if hit is not None:
-            return Evaluation(**{**asdict(hit), "cached": True, "wall_s": 0.0})
+            return replace(hit, cached=True, wall_s=0.0)
         ev = self._evaluate(code)
         with self._lock:
             self._cache.setdefault(code, ev)
@@ -196,8 +196,7 @@ class HeuristicEvaluator:
             first.setdefault(c, i)
         with ThreadPoolExecutor(self.workers) as pool:
             done = dict(zip(first, pool.map(self, list(first))))
-        return [done[c] if first[c] == i else Evaluation(**{**asdict(done[c]), "cached": True, "wall_s": 0.0})
-                for i, c in enumerate(codes)]
+        return [done[c] if first[c] == i else replace(done[c], cached=True, wall_s=0.0) for i, c in enumerate(codes)]
 
     # ---- internals
     def _evaluate(self, code: str) -> Evaluation:
