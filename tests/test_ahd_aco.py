@@ -1,4 +1,4 @@
-"""ACO heuristic-design tasks (esopt.envs.ahd.aco, aco_tasks, run_aco_*.py).
+"""ACO heuristic-design tasks (esopt.ahd.tasks.aco, aco_tasks, run_aco_*.py).
 
 The solvers must find known optima on small instances, build feasible solutions and
 cost them right; `score` must turn any malformed matrix into None without raising;
@@ -15,16 +15,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from esopt.envs.ahd import aco
-from esopt.envs.ahd.aco_tasks import (
+
+from esopt.ahd.evaluate import check_code
+from esopt.ahd.tasks import aco
+from esopt.ahd.tasks.aco_tasks import (
     ACOBPP,
     ACOCVRP,
     ACOTSP,
     distance_matrix,
     heuristic_matrix,
 )
-from esopt.envs.ahd.base import InstanceSpec
-from esopt.envs.ahd.evaluate import check_code
+from esopt.ahd.tasks.base import InstanceSpec
 
 TINY = {"n_ants": 10, "n_iterations": 10}
 

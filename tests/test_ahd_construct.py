@@ -1,4 +1,4 @@
-"""Constructive heuristic-design tasks (esopt.envs.ahd.construct): references against brute
+"""Constructive heuristic-design tasks (esopt.ahd.tasks.construct): references against brute
 force, scoring and validation of untrusted outputs, seeded instances, and the runners
 run in-process with the reference and expression heuristics."""
 
@@ -13,14 +13,14 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from esopt.envs.ahd.base import HeuristicTask, InstanceSpec
-from esopt.envs.ahd.construct import (
+from esopt.ahd.evaluate import check_code
+from esopt.ahd.tasks.base import HeuristicTask, InstanceSpec
+from esopt.ahd.tasks.construct import (
     ASP_BLOCKED, ASP_OPTIMA, ASP_TRIPLES, ConstructASP, ConstructKP, ConstructTSP, asp_children, asp_expand,
     asp_greedy, asp_set_size,
 )
-from esopt.envs.ahd.evaluate import check_code
 
-AHD_DIR = Path(__file__).resolve().parents[1] / "workflow" / "esopt" / "envs" / "ahd"
+AHD_DIR = Path(__file__).resolve().parents[1] / "workflow" / "esopt" / "ahd" / "tasks"
 NAN = float("nan")
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from esopt.envs.ahd.base import HeuristicTask, InstanceSpec
-from esopt.envs.ahd.evaluate import HeuristicEvaluator, check_code
+from esopt.ahd.evaluate import HeuristicEvaluator, check_code
+from esopt.ahd.tasks.base import HeuristicTask, InstanceSpec
 
 RUNNER = '''
 import numpy as np

@@ -1,4 +1,4 @@
-"""One heuristic-design run (esopt.eval.heuristic_search): exact budgets, ES generations on
+"""One heuristic-design run (esopt.ahd.run): exact budgets, ES generations on
 the right batches, matched baselines, and a killed run resuming to the same end.
 
 The task, the sandboxed evaluator, the searches and the ES machinery are the real
@@ -14,13 +14,12 @@ import random
 import pytest
 import torch
 
-from esopt.envs.ahd import InstanceSpec, make_task
-from esopt.envs.ahd.evaluate import HeuristicEvaluator
+from esopt.ahd import InstanceSpec, make_task
+from esopt.ahd.evaluate import HeuristicEvaluator
+from esopt.ahd.prompts import TaskPrompt
+from esopt.ahd.run import ESSettings, HeuristicSearchRun, batch_plan, es_rewards, planned_es_generations
+from esopt.ahd.search import EoH, Sample
 from esopt.es.history import weights_sha256
-from esopt.eval.heuristic_search import (ESSettings, HeuristicSearchRun, batch_plan, es_rewards,
-                                         planned_es_generations)
-from esopt.prompt.eoh import EoH, Sample
-from esopt.prompt.heuristics import TaskPrompt
 
 EXPRESSIONS = ["d", "e", "m", "d+e", "d-m", "d*e", "2*d+e", "d/m", "m-d", "1", "d+0.5*e", "3*d-m", "d**2", "e-d"]
 

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import ROOT, SMOKE
+
 from esopt.cli import audit as audit_cli
 from esopt.config import load_config
-from esopt.report.audit import config_diff, depends_on, infer_root
+from esopt.provenance.find import infer_root
+from esopt.provenance.record_checks import config_diff, depends_on
 from esopt.report.notebook import write_provenance
 
 RUN = "results/train/es/run"
@@ -165,7 +167,9 @@ def test_a_grown_grid_is_a_note_not_a_failure(work, capsys, tmp_path):
     cfg["es"]["by_horizon"] = {2: {"alpha": 0.5}}
     cfg_path.write_text(yaml.safe_dump(cfg))
     rc, out = audit(capsys, work / RUN, "--no-replay")
-    assert rc == 1 and "es.alpha: recorded 0.01, now 0.5 (in what train-es depends on: es as run at H*=2" in failed_line(out)
+    line = failed_line(out)
+    assert rc == 1 and "es.alpha: recorded 0.01, now 0.5 (in what train-es depends on: es as run at H*" in line
+    assert "; for horizon 2" in line
 
 
 @pytest.mark.slow
@@ -321,7 +325,7 @@ def test_config_sections_mirror_the_rules_params():
     mem = view({"command": "memory", "argv": []})
     assert set(mem) == {"memory", "sudoku", "rl", "es", "agent"} and "variants" not in mem["es"]
     wide = view({"command": "build-model", "argv": ["--name", "smoke-qwen35-wide"]})
-    assert wide["population_study.models[smoke-qwen35-wide]"]["tiny"]["hidden_size"] == 48
+    assert wide["model"]["tiny"]["hidden_size"] == 48
     assert view({"command": "build-model", "argv": ["--name", "smoke-qwen35"]})["model"] == cfg["model"]
     assert depends_on({"command": "replay", "argv": []}) is None  # unknown: the whole config counts
 

@@ -1,4 +1,4 @@
-"""esopt.prompt.heuristics and esopt.prompt.eoh: AHD prompts, reply parsing, EoH and Sample as pure logic."""
+"""esopt.ahd.prompts and esopt.ahd.search: AHD prompts, reply parsing, EoH and Sample as pure logic."""
 
 import json
 import math
@@ -9,8 +9,7 @@ from typing import ClassVar
 
 import pytest
 
-from esopt.prompt.eoh import EoH, Sample, rank_weights, select_parents
-from esopt.prompt.heuristics import (
+from esopt.ahd.prompts import (
     MAX_EXPR_CHARS,
     Candidate,
     Request,
@@ -19,10 +18,11 @@ from esopt.prompt.heuristics import (
     parse_expression,
     parse_reply,
 )
+from esopt.ahd.search import EoH, Sample, rank_weights, select_parents
 
 
 class ToyTask:
-    """The attributes of esopt.envs.ahd.base.HeuristicTask that prompts and parsing use."""
+    """The attributes of esopt.ahd.tasks.base.HeuristicTask that prompts and parsing use."""
 
     name = "toy_fit"
     function_name = "score"

@@ -5,7 +5,6 @@ import logging
 import threading
 
 import pytest
-from esopt.envs import math as mathenv
 from esopt.envs.math import (
     CHECKER,
     HAVE_MATH_VERIFY,
@@ -24,6 +23,7 @@ from esopt.envs.math import (
     reference_code,
     split_of,
 )
+from esopt.envs.math import answers as math_answers
 
 TASK = MathTask(id="t1", question="A shop sells 37 boxes with 48 pens each and 125 loose pens. How many pens are there?",
                 answer="1901", source="test", solution_code="37*48+125")
@@ -170,7 +170,7 @@ def test_math_verify_handles_symbolic_answers_in_any_thread():
 
 
 def test_without_math_verify_the_fallback_decides(monkeypatch):
-    monkeypatch.setattr(mathenv, "HAVE_MATH_VERIFY", False)
+    monkeypatch.setattr(math_answers, "HAVE_MATH_VERIFY", False)
     assert is_equivalent("\\frac{1}{2}", "0.5") and is_equivalent("1,234", "1234")
     assert not is_equivalent("3\\sqrt{2}", "\\sqrt{18}")  # needs sympy
     assert not is_equivalent("}}}{{", "42")

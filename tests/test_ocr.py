@@ -99,7 +99,7 @@ def test_engine_errors_are_clear(monkeypatch):
     with pytest.raises(ValueError, match="expected one of"):
         OCRTool(engine="abbyy")
     monkeypatch.setattr("shutil.which", lambda name: None)
-    with pytest.raises(RuntimeError, match=r"tesseract.*esopt\[ocr\]"):
+    with pytest.raises(RuntimeError, match=r"tesseract.*pip install rapidocr-onnxruntime"):
         make_engine("tesseract")
     import builtins
 
@@ -111,9 +111,9 @@ def test_engine_errors_are_clear(monkeypatch):
         return real_import(name, *a, **k)
 
     monkeypatch.setattr(builtins, "__import__", no_rapidocr)
-    with pytest.raises(ImportError, match=r"pip install esopt\[ocr\]"):
+    with pytest.raises(ImportError, match=r"pip install rapidocr-onnxruntime"):
         OCRTool(engine="rapidocr")
-    with pytest.raises(RuntimeError, match=r"no OCR engine available.*esopt\[ocr\]"):
+    with pytest.raises(RuntimeError, match=r"no OCR engine available.*pip install rapidocr-onnxruntime"):
         OCRTool(engine="auto")
 
 

@@ -1,7 +1,10 @@
 """The Snakemake DAG on the smoke config: plan, run, nothing left to do, targeted reruns."""
 
+import ast
+import base64
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -13,6 +16,9 @@ import psutil
 import pytest
 
 from conftest import ROOT
+from esopt.config import load_config
+from esopt.provenance import jobs
+from esopt.provenance.imports import all_modules, module_file
 
 pytestmark = pytest.mark.slow
 
@@ -32,8 +38,10 @@ def workdir(tmp_path_factory):
 
 
 def smk(wd, *args, check=True):
+    # every command run appends the esopt modules it loaded (esopt.cli.common.log_imports)
+    env = {**os.environ, "ESOPT_IMPORT_LOG": str(wd / "imports.jsonl")}
     res = subprocess.run([*SNAKEMAKE, "--configfile", "config/smoke.yaml", "--cores", "2", *args],
-                         cwd=wd, capture_output=True, text=True)
+                         cwd=wd, capture_output=True, text=True, env=env)
     if check and res.returncode:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{res.stdout[-3000:]}\n{res.stderr[-5000:]}")
     return res
@@ -141,24 +149,105 @@ def test_report_bundles_figures_captions_and_provenance(workdir):
     assert sum(n.endswith(".provenance.json") for n in names) == 9  # each table's record, as a report item
 
 
-def test_editing_a_module_reruns_only_the_rules_that_use_it(workdir):
-    smk(workdir)  # up to date (no-op when the previous test ran)
-    edit = lambda path: path.write_text(path.read_text() + "\n# an edit\n")  # Snakemake compares checksums, not only mtimes
-    edit(workdir / "workflow/esopt/report/sudoku.py")  # every report builds on esopt.report
-    assert planned_jobs(smk(workdir, "-n")) == {"all": 1, **REPORTS, "total": 10}
-    edit(workdir / "workflow/esopt/rl/losses.py")  # RL baselines, memory, and the tool agents' GRPO
-    assert planned_jobs(smk(workdir, "-n")) == {  # (report_ahd: still due to the report edit above)
-        "all": 1, "train_rl": 6, "evaluate_rl": 6, "memory": 4, "train_agent": 2, "evaluate_agent": 3, **REPORTS,
-        "total": 31}
+def job_metadata(wd) -> dict[str, dict]:
+    """Snakemake's record of every job that ran (.snakemake/metadata), by its shell command:
+    rule, inputs, outputs, params."""
+    out: dict[str, dict] = {}
+    for f in (wd / ".snakemake/metadata").iterdir():
+        meta = json.loads(f.read_text())
+        job = out.setdefault(meta["shellcmd"], {**meta, "outputs": []})
+        job["outputs"].append(base64.b64decode(f.name).decode())
+    return out
+
+
+def command_of(shellcmd: str, wd) -> str:
+    """`esopt NAME ...` -> NAME (torchrun: `-m esopt.cli.main NAME`); a notebook -> its path."""
+    words = shellcmd.split()
+    if words[0] == "papermill":
+        return str(wd / "notebooks" / os.path.basename(words[1]))
+    return words[words.index("esopt.cli.main") + 1] if "esopt.cli.main" in words else words[words.index("esopt") + 1]
+
+
+def package_files(paths, root) -> set[str]:
+    """The files of the package (checked out under root/workflow/esopt) among paths, relative to it."""
+    pkg = root / "workflow" / "esopt"
+    return {os.path.relpath(p, pkg) for p in paths if os.path.abspath(p).startswith(str(pkg) + os.sep)}
+
+
+def test_every_job_lists_exactly_the_code_its_command_imports(workdir):
     smk(workdir)
-    edit(workdir / "workflow/esopt/es/perturb.py")
-    jobs = planned_jobs(smk(workdir, "-n"))  # and the tool agents' ES and Trace2Skill runs (not GRPO), and the AHD runs
-    assert jobs == {"all": 1, "train_es": 8, "evaluate_es": 10, "memory": 4, "train_agent": 6, "evaluate_agent": 9,
-                    "search_heuristics": 4, **REPORTS, "total": 51}
+    ran = job_metadata(workdir)
+    assert {m["rule"] for m in ran.values()} == set(REPORTS) | {"build_model", "build_probe_model", "evaluate_base",
+        "train_es", "evaluate_es", "train_rl", "evaluate_rl", "memory", *TOOL_JOBS, *AHD_JOBS}
+    imported = {cmd: package_files(jobs.code_files(cmd), ROOT) for cmd in {command_of(c, workdir) for c in ran}}
+    listed = {c: package_files(m["input"], workdir) for c, m in ran.items()}
+    for shellcmd, files in listed.items():
+        assert files == imported[command_of(shellcmd, workdir)], (ran[shellcmd]["rule"], files ^ imported[command_of(shellcmd, workdir)])
+    # for every module of the package: the jobs that list it are the jobs whose command imports it
+    for module in all_modules():
+        rel = os.path.relpath(module_file(module), ROOT / "workflow" / "esopt")
+        assert {c for c, f in listed.items() if rel in f} == {c for c in ran if rel in imported[command_of(c, workdir)]}
+    # and what each command really loaded when it ran is among the files its jobs list
+    for line in (workdir / "imports.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if rec["command"] in ("audit", "replay"):
+            continue
+        loaded = {os.path.relpath(module_file(m), ROOT / "workflow" / "esopt") for m in rec["modules"] if module_file(m)}
+        assert loaded <= imported[rec["command"]], (rec["command"], loaded - imported[rec["command"]])
+
+
+def test_the_audit_reads_the_settings_the_rule_passed(workdir):
+    """esopt audit's view of a job (from its provenance record) equals the `settings`
+    param Snakemake recorded for that job: one map (esopt.provenance.jobs), both sides."""
     smk(workdir)
-    edit(workdir / "workflow/esopt/envs/ahd/construct.py")  # only the heuristic-design runs and their report
-    assert planned_jobs(smk(workdir, "-n")) == {"all": 1, "build_ahd_model": 1, "search_heuristics": 4,
-                                                 "report_ahd": 1, "total": 7}
+    checked = set()
+    for meta in job_metadata(workdir).values():
+        prov = next((o for o in meta["outputs"] if o.endswith("provenance.json")), None)
+        if prov is None and meta["rule"] not in REPORTS:  # a directory output: the record lies inside it
+            prov = next((f"{o}/provenance.json" for o in meta["outputs"] if (workdir / o / "provenance.json").is_file()), None)
+        if prov is None or meta["rule"] in REPORTS:
+            continue
+        rec = json.loads((workdir / prov).read_text())
+        view = jobs.record_settings(rec, load_config(workdir / rec["config_path"]))
+        assert view in [ast.literal_eval(p) for p in meta["params"]], (meta["rule"], prov)
+        checked.add(meta["rule"])
+    assert checked == {"build_model", "build_probe_model", "evaluate_base", "train_es", "evaluate_es", "train_rl",
+                       "evaluate_rl", "memory", *TOOL_JOBS, *AHD_JOBS}
+
+
+def downstream(ran: dict[str, dict], start: set[str]) -> set[str]:
+    """The jobs that consume, transitively, what the `start` jobs produce."""
+    todo, out = list(start), set(start)
+    while todo:
+        made = set(ran[todo.pop()]["outputs"])
+        for c, m in ran.items():
+            if c not in out and made & set(m["input"]):
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+@pytest.mark.parametrize("module", ["esopt/envs/hub_data.py", "esopt/report/files.py", "esopt/rl/losses.py",
+                                    "esopt/es/perturb.py", "esopt/ahd/tasks/construct.py", "esopt/provenance/record.py"])
+def test_editing_a_module_reruns_the_jobs_that_import_it(workdir, module):
+    """The plan after an edit: every job whose command imports the module, and what consumes
+    their outputs; nothing else (Snakemake compares checksums, so the edit is undone after)."""
+    smk(workdir)
+    ran = job_metadata(workdir)
+    path = workdir / "workflow" / module
+    rel = os.path.relpath(path, workdir / "workflow" / "esopt")
+    importing = {c for c, m in ran.items() if rel in package_files(m["input"], workdir)}
+    assert importing, f"no job imports {module}"
+    expected: dict[str, int] = {}
+    for c in downstream(ran, importing):
+        expected[ran[c]["rule"]] = expected.get(ran[c]["rule"], 0) + 1
+    text = path.read_text()
+    try:
+        path.write_text(text + "\n# an edit\n")
+        planned = planned_jobs(smk(workdir, "-n"))
+    finally:
+        path.write_text(text)
+    assert {k: v for k, v in planned.items() if k not in ("all", "total")} == expected
 
 
 def test_a_config_edit_reruns_only_the_rules_whose_section_changed(workdir):

@@ -5,7 +5,6 @@ import math
 
 import pandas as pd
 import pytest
-from esopt.cli import report_memory, report_methods
 from esopt.report.memory import load_memory, memory_table, plot_memory
 from esopt.report.methods import load_budgets, methods_table, plot_crossover
 from esopt.report.sudoku import load_evals
@@ -121,23 +120,6 @@ def test_plot_crossover(tmp_path, inputs):
     assert (tmp_path / "empty.png").stat().st_size > 0
 
 
-def test_report_methods_cli(tmp_path, inputs):
-    evals, budgets = inputs
-    table, fig = tmp_path / "out" / "sudoku_methods.csv", tmp_path / "out" / "horizon_crossover.png"
-    rc = report_methods.main([*map(str, evals), "--budgets", *(str(b.parent) for b in budgets),
-                              "--reference", json.dumps(REFERENCE), "--table", str(table), "--figure", str(fig),
-                              "--title", "test"])
-    assert rc == 0 and fig.stat().st_size > 1000
-    t = pd.read_csv(table)
-    assert list(t.columns[:7]) == ["method", "horizon", "seeds", "success_mean", "success_std", "success_se_mean",
-                                   "mean_turns_solved"]
-    assert t.columns[-1] == "paper_success" and len(t) == 4
-    # no budgets, no reference
-    assert report_methods.main([*map(str, evals), "--table", str(table), "--figure", str(fig)]) == 0
-    assert report_methods.main([*map(str, evals), "--reference", "{not json", "--table", str(table),
-                                "--figure", str(fig)]) == 2
-
-
 def write_memory(d, method, state, above, peak=True, measure="rss"):
     rec = {"method": method, "model": "tiny", "params": state // 2, "dtype": "bfloat16", "device": "cpu",
            "measure": measure, "model_state_bytes": state, "peak_above_load_bytes": above, "step_wall_s": 1.5,
@@ -174,18 +156,3 @@ def test_memory_missing_methods(tmp_path):
     assert out.stat().st_size > 1000
     with pytest.raises(ValueError, match="more than one"):
         load_memory([tmp_path / "es.json", tmp_path / "es.json"])
-
-
-def test_report_memory_cli(tmp_path):
-    files = [write_memory(tmp_path, m, 100, a) for m, a in [("inference", 10), ("es", 12), ("grpo", 600)]]
-    table, fig = tmp_path / "out" / "memory.csv", tmp_path / "out" / "memory.png"
-    assert report_memory.main([*map(str, files), "--table", str(table), "--figure", str(fig)]) == 0
-    t = pd.read_csv(table)
-    assert list(t.columns) == ["method", "model", "params", "dtype", "device", "measure", "model_state_bytes",
-                               "peak_above_load_bytes", "peak_bytes", "peak_gib", "ratio_to_inference", "ratio_to_es",
-                               "step_wall_s"]
-    assert t.peak_bytes.tolist() == [110, 112, 700]
-    assert t.ratio_to_es.tolist() == pytest.approx([110 / 112, 1.0, 700 / 112], rel=1e-5)
-    assert fig.stat().st_size > 1000
-    assert report_memory.main([*map(str, files), "--paper", '{"es_gb": 8.41, "grpo_gb": 58.88, "inference_gb": 8}',
-                               "--table", str(table), "--figure", str(fig)]) == 0

@@ -139,3 +139,59 @@ def load_config(path: str | os.PathLike) -> dict[str, Any]:
 def config_sha256(config: dict[str, Any]) -> str:
     """Hash of the resolved config (defaults filled, keys sorted)."""
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
+# ---- the settings of one run, built from the config (the rules, the commands and the
+# audit all read them here)
+
+
+def section(c: dict[str, Any], key: str) -> Any:
+    return (c.get(key) if isinstance(c, dict) else None) or {}
+
+
+def without(d: Any, keys: tuple[str, ...]) -> Any:
+    return {k: v for k, v in d.items() if k not in keys} if isinstance(d, dict) else d
+
+
+def sudoku_settings(c: dict[str, Any]) -> dict[str, Any]:
+    """sudoku without the grid of horizons (each horizon is a wildcard)."""
+    return without(section(c, "sudoku"), ("horizons",))
+
+
+def rl_settings(c: dict[str, Any]) -> dict[str, Any]:
+    """rl without the grid (methods, seeds)."""
+    return without(section(c, "rl"), ("methods", "seeds"))
+
+
+def tool_episode_settings(c: dict[str, Any]) -> dict[str, Any]:
+    """What every tool-agent episode depends on: turn and token budgets, sampling, sandbox,
+    OCR, and each benchmark's tools."""
+    ta = section(c, "tool_agents")
+    keys = ("max_turns", "max_tool_calls", "max_new_tokens", "history_turns", "sampling", "sandbox", "ocr")
+    return {k: ta[k] for k in keys if k in ta} | {
+        "tools": {b: spec.get("tools") for b, spec in (ta.get("benchmarks") or {}).items()}}
+
+
+def tool_es_settings(c: dict[str, Any], benchmark: str) -> dict[str, Any]:
+    """tool_agents.es with the benchmark's own overrides (tool_agents.benchmarks.B.es)."""
+    ta = section(c, "tool_agents")
+    return deep_merge(ta["es"], ((ta.get("benchmarks") or {}).get(benchmark) or {}).get("es") or {})
+
+
+def tool_grpo_settings(c: dict[str, Any]) -> dict[str, Any]:
+    """rl with tool_agents.grpo merged over it: what Agentic GRPO of a tool agent runs with."""
+    g = dict(section(c, "tool_agents")["grpo"])
+    group = {"tasks_per_step": g["tasks_per_step"], "group_size": g["group_size"]}
+    over = {k: v for k, v in g.items() if k not in group}
+    return deep_merge(rl_settings(c), over | {"grpo": group})
+
+
+def tool_data_spec(c: dict[str, Any], benchmark: str, data_set: str) -> Any:
+    """tool_agents.benchmarks.B.train, or .eval[SET]."""
+    b = (section(c, "tool_agents").get("benchmarks") or {}).get(benchmark) or {}
+    return b.get("train") if data_set == "train" else (b.get("eval") or {}).get(data_set)
+
+
+def ahd_budget(c: dict[str, Any], samples: int | str) -> Any:
+    """The ahd.budgets entry with this many samples."""
+    return next((b for b in section(c, "ahd").get("budgets") or [] if str(b.get("samples")) == str(samples)), None)

@@ -7,25 +7,11 @@ AHD_MODEL_BUILT = bool(AHD.get("model"))  # a tiny writer, or a hub writer of it
 AHD_MODEL = AHD["model"]["name"] if AHD_MODEL_BUILT else MODEL
 AHD_MODEL_DIR = f"{R}/models/{AHD_MODEL}"
 AHD_VARIANTS = {"base": "", "esopt": "--es"}  # the fixed model, and online Agentic ESOpt
-AHD_CODE = code("envs/ahd", "agent/tools/python_sandbox.py", "prompt/heuristics.py", "prompt/eoh.py",
-                "prompt/analyst.py", "eval/heuristic_search.py", "es", "models/load.py", "cli/search_heuristics.py")
 
 wildcard_constraints:
     ahd_task="|".join(AHD.get("tasks", {})) or "none",
     ahd_search="eoh|sample",
     ahd_variant="base|esopt",
-
-
-def ahd_settings(wc):
-    """The config sections one run depends on (a new task or budget reruns nothing else)."""
-    keys = ("response", "writer", "test_seed", "evaluation")
-    out = {k: AHD[k] for k in keys} | {"task": AHD["tasks"][wc.ahd_task],
-                                        "budget": next(b for b in AHD["budgets"] if b["samples"] == int(wc.budget))}
-    if wc.ahd_search == "eoh":
-        out["eoh"] = AHD["eoh"]
-    if wc.ahd_variant == "esopt":
-        out["es"] = AHD["es"]
-    return out
 
 
 def ahd_runs():
@@ -41,16 +27,11 @@ if AHD_MODEL_BUILT:
     rule build_ahd_model:
         input:
             config=ancient(CONFIGFILE),
-            code=code("models/__init__.py", "models/hub.py", "models/load.py", "models/tiny.py", "models/tokenizer.py",
-                      "models/warmstart.py", "models/tool_warmstart.py", "models/expressions.py", "envs/ahd",
-                      "prompt/heuristics.py", "cli/build_ahd_model.py"),
+            code=code("build-ahd-model"),
         output:
             model=directory(AHD_MODEL_DIR),
         params:
-            model=AHD.get("model"),
-            tasks=list(AHD.get("tasks", {})),
-            response=AHD.get("response"),
-            parents_e=AHD.get("eoh", {}).get("parents_e"),
+            settings=settings("build-ahd-model"),
         log:
             f"{LOGS}/build_ahd_model/{AHD_MODEL}.log",
         threads: (AHD.get("model") or {}).get("warmstart", {}).get("threads", config["threads"])
@@ -66,11 +47,12 @@ rule search_heuristics:
     input:
         config=ancient(CONFIGFILE),
         model=AHD_MODEL_DIR,
-        code=AHD_CODE,
+        code=code("search-heuristics"),
     output:
         run=directory(f"{R}/ahd/{AHD_MODEL}/{{ahd_task}}/{{ahd_search}}_b{{budget}}_{{ahd_variant}}/r{{rep}}"),
     params:
-        settings=ahd_settings,
+        settings=lambda wc: settings("search-heuristics", task=wc.ahd_task, search=wc.ahd_search, budget=wc.budget,
+                                     es=wc.ahd_variant == "esopt"),
         es=lambda wc: AHD_VARIANTS[wc.ahd_variant],
         wildcards=lambda wc: wildcards_json(wc),
     log:
@@ -89,7 +71,7 @@ rule report_ahd:
     input:
         runs=ahd_runs(),
         notebook=notebook("ahd"),
-        code=code("report"),
+        code=code(notebook("ahd")),
     output:
         table=report(f"{R}/tables/ahd.csv", caption="../report/ahd.rst", category="Heuristic design"),
         figure=report(f"{R}/figures/ahd.png", caption="../report/ahd.rst", category="Heuristic design"),

@@ -6,16 +6,14 @@ rule train_rl:
     input:
         config=ancient(CONFIGFILE),  # reruns follow the config sections in params
         model=f"{R}/models/{MODEL}",
-        code=code("rl", "agent/rollout.py", "agent/tokens.py", "envs/sudoku.py", "models/load.py", "es/history.py", "cli/train_rl.py"),
+        code=code("train-rl"),
     output:
         model=directory(f"{R}/train/{{method}}/{MODEL}/sudoku/h{{horizon}}_s{{seed}}/model"),
         metrics=f"{R}/train/{{method}}/{MODEL}/sudoku/h{{horizon}}_s{{seed}}/metrics.jsonl",
         budget=f"{R}/train/{{method}}/{MODEL}/sudoku/h{{horizon}}_s{{seed}}/budget.json",
         provenance=f"{R}/train/{{method}}/{MODEL}/sudoku/h{{horizon}}_s{{seed}}/provenance.json",
     params:
-        rl=RL_PARAMS,
-        sudoku=SUDOKU,
-        agent=config["agent"],
+        settings=settings("train-rl"),
         algo=lambda wc: RL_ALGO[wc.method],
         out=lambda wc, output: str(Path(output.budget).parent),
         wildcards=lambda wc: wildcards_json(wc),
@@ -35,12 +33,11 @@ rule build_probe_model:
     input:
         config=ancient(CONFIGFILE),  # reruns follow the config sections in params
         tokenizer=f"{R}/models/{MODEL}",
-        code=code("models/__init__.py", "models/hub.py", "models/load.py", "models/tiny.py", "models/tokenizer.py",
-                  "models/warmstart.py", "cli/build_model.py"),
+        code=code("build-model"),
     output:
         model=directory(f"{R}/models/{MODEL}-probe"),
     params:
-        probe=MEMORY.get("probe"),
+        settings=settings("build-model", probe=True),
     log:
         f"{LOGS}/build_probe_model/{MODEL}.log",
     threads: config["threads"]
@@ -56,15 +53,11 @@ rule memory:
     input:
         config=ancient(CONFIGFILE),  # reruns follow the config sections in params
         model=f"{R}/models/{PROBE}",
-        code=code("es", "rl", "agent/rollout.py", "agent/tokens.py", "eval/episodes.py", "eval/memory.py", "envs/sudoku.py", "models/load.py", "cli/train_rl.py", "cli/memory.py"),
+        code=code("memory"),
     output:
         summary=f"{R}/memory/{PROBE}/{{mem_method}}.json",
     params:
-        memory=MEMORY,
-        sudoku=SUDOKU,
-        rl=RL_PARAMS,
-        es=ES,
-        agent=config["agent"],
+        settings=settings("memory"),
         wildcards=lambda wc: wildcards_json(wc),
     log:
         f"{LOGS}/memory/{{mem_method}}.log",

@@ -5,7 +5,6 @@ import sys
 from pathlib import Path
 
 import yaml
-from snakemake.utils import validate
 
 # The esopt commands read the config FILE; make Snakemake see exactly that file too
 # (a --configfile is otherwise merged over config/tiny.yaml, and --config overrides
@@ -18,15 +17,16 @@ if workflow.config_settings.config:
 CONFIGFILE = str(
     (workflow.config_settings.configfiles or [Path("config/tiny.yaml")])[-1]
 )
-config.clear()
-config.update(yaml.safe_load(open(CONFIGFILE)))
-
-
-validate(config, "../schemas/config.schema.yaml")
 
 # The package beside this Snakefile (also what `pip install -e .` installs).
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
-from esopt.config import ES_GRID_KEYS, all_models, es_settings  # noqa: E402
+from esopt.config import all_models, load_config  # noqa: E402
+from esopt.provenance import jobs  # noqa: E402
+
+# Validated against workflow/schemas/config.schema.yaml, defaults filled, exactly as the
+# commands and `esopt audit` resolve it.
+config.clear()
+config.update(load_config(CONFIGFILE))
 
 R = "results"
 MODEL = config["model"]["name"]  # the main model: every method x horizon
@@ -36,17 +36,12 @@ POPULATIONS = config["es"]["populations"]
 SEEDS = config["es"]["seeds"]
 LOGS = f"{R}/logs"
 
-# What a single job depends on: the grid lists (horizons, populations, seeds) are
-# wildcards, so extending the grid does not rerun the jobs already done.
-SUDOKU = {k: v for k, v in config["sudoku"].items() if k != "horizons"}
-
 # ES runs: Agentic ESOpt ("es") and its ablations ("es_NAME", config es.variants).
 ES_VARIANTS = config["es"].get("variants") or {}
 ES_METHODS = {"es": None, **{f"es_{name}": name for name in ES_VARIANTS}}
 # the method name ES runs report as (eval meta, budget.json)
 ES_REPORTED = {"es": "esopt", **{f"es_{name}": f"es_{name}" for name in ES_VARIANTS}}
 STUDY = config.get("population_study") or {}
-ES = {k: v for k, v in config["es"].items() if k not in ES_GRID_KEYS}  # what `esopt memory` uses
 
 
 # How train-es starts: one process, or torchrun with one model replica per rank (the
@@ -59,11 +54,6 @@ ES_LAUNCH = "esopt" if ES_RANKS == 1 else (
 )
 
 
-def es_params(wildcards):
-    """The es settings of one run: es, es.by_horizon[H*], es.variants[variant]."""
-    return es_settings(config, int(wildcards.horizon), ES_METHODS[wildcards.es_method])
-
-
 wildcard_constraints:
     horizon=r"\d+",
     eval_horizon=r"\d+",
@@ -73,15 +63,17 @@ wildcard_constraints:
     es_method="|".join(ES_METHODS),
 
 
-def code(*parts):
-    """Source files a rule depends on: editing one reruns exactly the rules that list it."""
-    pkg = Path(workflow.basedir) / "workflow" / "esopt"
-    shared = ["__init__.py", "config.py", "io.py", "seeding.py", "cli/common.py", "report/provenance.py"]
-    files = [pkg / f for f in shared]
-    for part in parts:
-        p = pkg / part
-        files += sorted(p.rglob("*.py")) if p.is_dir() else [p]
-    return [str(f) for f in files]
+# What each job depends on is written once, in esopt.provenance.jobs (`esopt audit` reads
+# the same map): a job's `settings` param holds the config sections its command reads, and
+# its `code` input the package files the command imports.
+def settings(command, **keys):
+    """The config sections one job of `command` depends on: a change reruns the job."""
+    return jobs.settings(command, config, **keys)
+
+
+def code(command):
+    """The package files `esopt COMMAND` imports: editing one reruns exactly those jobs."""
+    return jobs.code_files(command)
 
 
 def wildcards_json(wildcards):
@@ -126,7 +118,6 @@ def all_evaluations():
 RL = config.get("rl") or {}
 RL_METHODS = RL.get("methods", [])
 RL_SEEDS = RL.get("seeds", [])
-RL_PARAMS = {k: v for k, v in RL.items() if k not in ("methods", "seeds")}
 # method -> `esopt train-rl` options
 RL_ALGO = {"grpo": "--algo grpo", "grpo_t1": "--algo grpo --sampling t1", "ppo": "--algo ppo"}
 MEMORY = config.get("memory") or {}
@@ -195,12 +186,6 @@ TOOL_MODEL_DIR = f"{R}/models/{TOOL_MODEL}"
 TOOL_SEEDS = TA.get("seeds", [])
 # trained methods (no_skill is the base model as it is)
 AGENT_METHODS = {m: m for m in TA.get("methods", []) if m != "no_skill"}
-# what every tool-agent episode depends on
-TOOL_EPISODE = {k: TA[k] for k in ("max_turns", "max_tool_calls", "max_new_tokens", "history_turns", "sampling",
-                                   "sandbox", "ocr") if k in TA} | {
-    "tools": {b: spec["tools"] for b, spec in TA.get("benchmarks", {}).items()}}
-TOOL_EVAL_CODE = code("agent", "envs/math.py", "envs/docvqa.py", "envs/answers.py", "eval/tool_episodes.py",
-                      "models/load.py", "cli/evaluate_agent.py")
 TOOL_DATASETS = sorted({"train"} | {d for spec in TA.get("benchmarks", {}).values() for d in spec.get("eval", {})})
 
 wildcard_constraints:
@@ -211,33 +196,6 @@ wildcard_constraints:
 
 def json_arg(obj):
     return json.dumps(obj).replace('"', '\\"')
-
-
-def tool_set_spec(benchmark, dataset):
-    spec = TA["benchmarks"][benchmark]
-    return spec["train"] if dataset == "train" else spec["eval"][dataset]
-
-
-def tool_train_settings(method, benchmark):
-    """The config sections one training method depends on."""
-    if method == "grpo":  # tool_agents.grpo merged over rl (as cli/train_agent does)
-        return {"grpo": TA["grpo"], "rl": {k: v for k, v in RL_PARAMS.items() if k not in TA["grpo"] and k not in ("grpo", "ppo")}}
-    out = {"es": TA["es"], "es_override": TA["benchmarks"][benchmark].get("es")}
-    if "trace2skill" in method:
-        out["trace2skill"] = TA["trace2skill"]
-    return out
-
-
-def tool_train_code(method):
-    """Source files of one training method: GRPO builds on esopt.rl, the others on esopt.es."""
-    shared = ("agent", "envs/math.py", "envs/docvqa.py", "envs/answers.py", "eval/tool_episodes.py", "models/load.py",
-              "cli/train_agent.py")
-    if method == "grpo":
-        return code("rl", *shared, "cli/train_rl.py")
-    return code("es", *shared, "cli/train_es.py", *(TRACE2SKILL_CODE if "trace2skill" in method else []))
-
-
-TRACE2SKILL_CODE = ("prompt/__init__.py", "prompt/analyst.py", "prompt/skill.py", "prompt/trace2skill.py")
 
 
 def tool_eval_sets():

@@ -6,13 +6,11 @@ rule evaluate_base:
     input:
         config=ancient(CONFIGFILE),  # reruns follow the config sections in params
         model=f"{R}/models/{{model}}",
-        code=code("eval/episodes.py", "agent/rollout.py", "envs/sudoku.py", "models/load.py", "cli/evaluate.py"),
+        code=code("evaluate"),
     output:
         summary=f"{R}/eval/{{model}}/base/h{{eval_horizon}}.json",
     params:
-        evaluate=config["evaluate"],
-        sudoku=SUDOKU,
-        agent=config["agent"],
+        settings=settings("evaluate"),
         meta=lambda wc: json.dumps({"method": "base", "model": wc.model}).replace('"', '\\"'),
     log:
         f"{LOGS}/evaluate_base/{{model}}_h{{eval_horizon}}.log",
@@ -30,13 +28,11 @@ rule evaluate_es:
     input:
         config=ancient(CONFIGFILE),  # reruns follow the config sections in params
         model=rules.train_es.output.model,
-        code=code("eval/episodes.py", "agent/rollout.py", "envs/sudoku.py", "models/load.py", "cli/evaluate.py"),
+        code=code("evaluate"),
     output:
         summary=f"{R}/eval/{{model}}/{{es_method}}/h{{horizon}}_g{{population}}_s{{seed}}/h{{eval_horizon}}.json",
     params:
-        evaluate=config["evaluate"],
-        sudoku=SUDOKU,
-        agent=config["agent"],
+        settings=settings("evaluate"),
         meta=lambda wc: json.dumps({"method": ES_REPORTED[wc.es_method], "model": wc.model, "train_horizon": int(wc.horizon),
                                     "population": int(wc.population), "seed": int(wc.seed)}).replace('"', '\\"'),
     log:
@@ -55,13 +51,11 @@ rule evaluate_rl:
     input:
         config=ancient(CONFIGFILE),  # reruns follow the config sections in params
         model=rules.train_rl.output.model,
-        code=code("eval/episodes.py", "agent/rollout.py", "envs/sudoku.py", "models/load.py", "cli/evaluate.py"),
+        code=code("evaluate"),
     output:
         summary=f"{R}/eval/{MODEL}/{{method}}/h{{horizon}}_s{{seed}}/h{{horizon}}.json",
     params:
-        evaluate=config["evaluate"],
-        sudoku=SUDOKU,
-        agent=config["agent"],
+        settings=settings("evaluate"),
         meta=lambda wc: json.dumps({"method": wc.method, "model": MODEL, "train_horizon": int(wc.horizon),
                                     "seed": int(wc.seed)}).replace('"', '\\"'),
     log:

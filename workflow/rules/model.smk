@@ -6,15 +6,11 @@
 rule build_model:
     input:
         config=ancient(CONFIGFILE),  # reruns follow the config sections in params
-        # the Sudoku models' modules, by name (models/tool_warmstart.py is the tool model's)
-        code=code("models/__init__.py", "models/hub.py", "models/load.py", "models/tiny.py", "models/tokenizer.py",
-                  "models/warmstart.py", "envs/sudoku.py", "agent/rollout.py", "cli/build_model.py"),
+        code=code("build-model"),
     output:
         model=directory(f"{R}/models/{{model}}"),
     params:
-        model=lambda wc: MODELS[wc.model],
-        sudoku=SUDOKU,
-        agent=config["agent"],
+        settings=lambda wc: settings("build-model", name=wc.model),
     log:
         f"{LOGS}/build_model/{{model}}.log",
     # A fixed thread count (not --cores) keeps the warm start bit-reproducible.

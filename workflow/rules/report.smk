@@ -24,7 +24,7 @@ rule report_sudoku:
     input:
         evals=all_evaluations(),
         notebook=notebook("sudoku_horizon"),
-        code=code("report"),
+        code=code(notebook("sudoku_horizon")),
     output:
         table=report(f"{R}/tables/sudoku_es.csv", caption="../report/sudoku_horizon.rst", category="Sudoku"),
         summary=f"{R}/tables/sudoku_es_summary.csv",
@@ -48,7 +48,7 @@ rule report_methods:
         evals=methods_evaluations(),
         budgets=training_budgets(),
         notebook=notebook("horizon_crossover"),
-        code=code("report"),
+        code=code(notebook("horizon_crossover")),
     output:
         table=report(f"{R}/tables/sudoku_methods.csv", caption="../report/horizon_crossover.rst", category="Sudoku"),
         figure=report(f"{R}/figures/horizon_crossover.png", caption="../report/horizon_crossover.rst", category="Sudoku"),
@@ -71,7 +71,7 @@ rule report_training_curves:
     input:
         metrics=[es_dir(*run) + "/metrics.jsonl" for run in main_es_runs(largest_population=True)],
         notebook=notebook("training_curves"),
-        code=code("report"),
+        code=code(notebook("training_curves")),
     output:
         table=report(f"{R}/tables/training_curves.csv", caption="../report/training_curves.rst", category="Training"),
         figure=report(f"{R}/figures/training_curves.png", caption="../report/training_curves.rst", category="Training"),
@@ -93,7 +93,7 @@ rule report_population:
     input:
         evals=study_evaluations(),
         notebook=notebook("population"),
-        code=code("report"),
+        code=code(notebook("population")),
     output:
         table=report(f"{R}/tables/population.csv", caption="../report/population.rst", category="Population"),
         figure=report(f"{R}/figures/population.png", caption="../report/population.rst", category="Population"),
@@ -115,7 +115,7 @@ rule report_sigma_ablation:
     input:
         evals=ablation_evaluations(),
         notebook=notebook("sigma_ablation"),
-        code=code("report"),
+        code=code(notebook("sigma_ablation")),
     output:
         table=report(f"{R}/tables/sigma_ablation.csv", caption="../report/sigma_ablation.rst", category="Ablation"),
         figure=report(f"{R}/figures/sigma_ablation.png", caption="../report/sigma_ablation.rst", category="Ablation"),
@@ -138,7 +138,7 @@ rule report_wall_clock:
     input:
         budgets=training_budgets(),
         notebook=notebook("wall_clock"),
-        code=code("report"),
+        code=code(notebook("wall_clock")),
     output:
         table=report(f"{R}/tables/wall_clock.csv", caption="../report/wall_clock.rst", category="Cost"),
         figure=report(f"{R}/figures/wall_clock.png", caption="../report/wall_clock.rst", category="Cost"),
@@ -160,7 +160,7 @@ rule report_memory:
     input:
         memory=expand(f"{R}/memory/{PROBE}/{{m}}.json", m=MEMORY_METHODS),
         notebook=notebook("memory"),
-        code=code("report"),
+        code=code(notebook("memory")),
     output:
         table=report(f"{R}/tables/memory.csv", caption="../report/memory.rst", category="Cost"),
         figure=report(f"{R}/figures/memory.png", caption="../report/memory.rst", category="Cost"),

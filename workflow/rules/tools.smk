@@ -6,13 +6,11 @@
 rule prepare_data:
     input:
         config=ancient(CONFIGFILE),  # reruns follow the config sections in params
-        code=code("envs/math.py", "envs/docvqa.py", "envs/answers.py", "agent/tools", "eval/tool_episodes.py",
-                  "cli/prepare_data.py"),
+        code=code("prepare-data"),
     output:
         data=directory(f"{R}/data/{{benchmark}}/{{dataset}}"),
     params:
-        spec=lambda wc: tool_set_spec(wc.benchmark, wc.dataset),
-        ocr=lambda wc: TA.get("ocr") if wc.benchmark == "docvqa" else None,
+        settings=lambda wc: settings("prepare-data", benchmark=wc.benchmark, set=wc.dataset),
     log:
         f"{LOGS}/prepare_data/{{benchmark}}_{{dataset}}.log",
     threads: config["threads"]
@@ -31,14 +29,11 @@ if TOOL_MODEL_BUILT:
         input:
             config=ancient(CONFIGFILE),
             data=expand(f"{R}/data/{{benchmark}}/train", benchmark=TOOL_BENCHMARKS),
-            code=code("models/__init__.py", "models/hub.py", "models/load.py", "models/tiny.py", "models/tokenizer.py",
-                      "models/warmstart.py", "models/tool_warmstart.py", "agent", "envs/math.py", "envs/docvqa.py", "envs/answers.py", "eval/tool_episodes.py",
-                      "cli/build_tool_model.py"),
+            code=code("build-tool-model"),
         output:
             model=directory(TOOL_MODEL_DIR),
         params:
-            model=TA.get("model"),
-            episodes=TOOL_EPISODE,
+            settings=settings("build-tool-model"),
             data=lambda wc, input: " ".join(f"--data {b}={d}" for b, d in zip(TOOL_BENCHMARKS, input.data)),
         log:
             f"{LOGS}/build_tool_model/{TOOL_MODEL}.log",
@@ -56,12 +51,11 @@ rule train_agent:
         config=ancient(CONFIGFILE),
         model=TOOL_MODEL_DIR,
         data=f"{R}/data/{{benchmark}}/train",
-        code=lambda wc: tool_train_code(wc.agent_method),
+        code=code("train-agent"),
     output:
         run=directory(f"{R}/train/{{agent_method}}/{TOOL_MODEL}/{{benchmark}}/s{{seed}}"),
     params:
-        settings=lambda wc: tool_train_settings(wc.agent_method, wc.benchmark),
-        episodes=TOOL_EPISODE,
+        settings=lambda wc: settings("train-agent", method=AGENT_METHODS[wc.agent_method], benchmark=wc.benchmark),
         method=lambda wc: AGENT_METHODS[wc.agent_method],
         wildcards=lambda wc: wildcards_json(wc),
     log:
@@ -81,12 +75,11 @@ rule evaluate_agent_base:
         config=ancient(CONFIGFILE),
         model=TOOL_MODEL_DIR,
         data=f"{R}/data/{{benchmark}}/{{dataset}}",
-        code=TOOL_EVAL_CODE,
+        code=code("evaluate-agent"),
     output:
         summary=f"{R}/eval/{TOOL_MODEL}/tools/no_skill/{{benchmark}}_{{dataset}}.json",
     params:
-        evaluate=TA.get("evaluate"),
-        episodes=TOOL_EPISODE,
+        settings=settings("evaluate-agent"),
         meta=lambda wc: json_arg({"method": "no_skill", "benchmark": wc.benchmark, "dataset": wc.dataset}),
     log:
         f"{LOGS}/evaluate_agent/no_skill_{{benchmark}}_{{dataset}}.log",
@@ -106,12 +99,11 @@ rule evaluate_agent:
         run=f"{R}/train/{{agent_method}}/{TOOL_MODEL}/{{benchmark}}/s{{seed}}",
         base=TOOL_MODEL_DIR,
         data=f"{R}/data/{{benchmark}}/{{dataset}}",
-        code=TOOL_EVAL_CODE,
+        code=code("evaluate-agent"),
     output:
         summary=f"{R}/eval/{TOOL_MODEL}/tools/{{agent_method}}/{{benchmark}}_{{dataset}}_s{{seed}}.json",
     params:
-        evaluate=TA.get("evaluate"),
-        episodes=TOOL_EPISODE,
+        settings=settings("evaluate-agent"),
         model=lambda wc, input: input.base if wc.agent_method == "trace2skill" else f"{input.run}/model",
         skill=lambda wc, input: f"--skill {input.run}/skill.md" if "trace2skill" in wc.agent_method else "",
         meta=lambda wc: json_arg({"method": wc.agent_method, "benchmark": wc.benchmark, "dataset": wc.dataset,
@@ -131,7 +123,7 @@ rule report_tool_agents:
     input:
         evals=tool_evaluations(),
         notebook=notebook("tool_agents"),
-        code=code("report"),
+        code=code(notebook("tool_agents")),
     output:
         table=report(f"{R}/tables/tool_agents.csv", caption="../report/tool_agents.rst", category="Tool agents"),
         figure=report(f"{R}/figures/tool_agents.png", caption="../report/tool_agents.rst", category="Tool agents"),

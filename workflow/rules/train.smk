@@ -9,7 +9,7 @@ rule train_es:
     input:
         config=ancient(CONFIGFILE),  # reruns follow the config sections in params
         model=f"{R}/models/{{model}}",
-        code=code("es", "eval/episodes.py", "agent/rollout.py", "envs/sudoku.py", "models/load.py", "cli/train_es.py"),
+        code=code("train-es"),
     output:
         model=directory(f"{R}/train/{{es_method}}/{{model}}/sudoku/h{{horizon}}_g{{population}}_s{{seed}}/model"),
         history=f"{R}/train/{{es_method}}/{{model}}/sudoku/h{{horizon}}_g{{population}}_s{{seed}}/history.json",
@@ -17,9 +17,7 @@ rule train_es:
         budget=f"{R}/train/{{es_method}}/{{model}}/sudoku/h{{horizon}}_g{{population}}_s{{seed}}/budget.json",
         provenance=f"{R}/train/{{es_method}}/{{model}}/sudoku/h{{horizon}}_g{{population}}_s{{seed}}/provenance.json",
     params:
-        es=es_params,
-        sudoku=SUDOKU,
-        agent=config["agent"],
+        settings=lambda wc: settings("train-es", horizon=wc.horizon, variant=ES_METHODS[wc.es_method]),
         variant=lambda wc: f"--variant {ES_METHODS[wc.es_method]}" if ES_METHODS[wc.es_method] else "",
         out=lambda wc, output: str(Path(output.history).parent),
         wildcards=lambda wc: wildcards_json(wc),

@@ -32,6 +32,13 @@ class Sampling:
     top_k: int = 20
     max_new_tokens: int = 16  # cap on tokens per turn
 
+    @classmethod
+    def from_profile(cls, profile: dict[str, Any], max_new_tokens: int, do_sample: bool = True) -> "Sampling":
+        """A config's sampling profile ({temperature, top_p, top_k}) with a per-turn token cap;
+        do_sample False: greedy (the profile is kept but unused)."""
+        return cls(do_sample=do_sample, temperature=profile["temperature"], top_p=profile["top_p"],
+                   top_k=profile["top_k"], max_new_tokens=max_new_tokens)
+
     def generate_kwargs(self) -> dict[str, Any]:
         if not self.do_sample:
             return {"do_sample": False, "max_new_tokens": self.max_new_tokens}
@@ -172,3 +179,9 @@ def write_trajectories(path: str | os.PathLike, trajs: Sequence[Trajectory], **e
         for tr in trajs:
             rec = {**extra, **asdict(tr), "num_turns": tr.num_turns}
             f.write(json.dumps(rec) + "\n")
+
+
+def kept_steps(steps: int, every: int = 10) -> set[int]:
+    """The generations (or RL steps) whose sampled episodes a run keeps in trajectories/:
+    the first, every 10th, and the last."""
+    return {0, steps - 1} | set(range(0, steps, every))

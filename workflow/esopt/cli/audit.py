@@ -32,7 +32,9 @@ def main_fn(args: argparse.Namespace) -> int:
     setup()
     from tqdm.auto import tqdm
 
-    from esopt.report.audit import Check, audit, display_path
+    from esopt.provenance.audit import audit
+    from esopt.provenance.find import display_path
+    from esopt.provenance.record_checks import Check
 
     replay = "never" if args.no_replay else args.replay
     show = (lambda c: c.status in ("fail", "skip")) if args.quiet else (lambda c: True)
@@ -69,7 +71,7 @@ def main_fn(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    from esopt.report.audit import DEFAULT_MAX_REPLAY_PARAMS, REPLAY_MODES
+    from esopt.provenance.record_checks import DEFAULT_MAX_REPLAY_PARAMS, REPLAY_MODES
 
     p = argparse.ArgumentParser(prog="esopt audit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", help="provenance file, result file or directory, or a results tree")

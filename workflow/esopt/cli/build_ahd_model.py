@@ -1,10 +1,10 @@
 """esopt build-ahd-model: the tiny heuristic writer of the AHD experiments (ahd.model).
 
 At tiny scale the writer answers the searches' expression-mode prompts
-(esopt.prompt.heuristics) with one expression over the task's features. It is
+(esopt.ahd.prompts) with one expression over the task's features. It is
 warm-started on random demonstrations of every task and operator: i1/e1 a new random
 expression, e2 a combination of its parents, m1 a structural change, m2 new constants
-(esopt.models.expressions). The demonstrations carry no notion of a good heuristic:
+(esopt.ahd.writer). The demonstrations carry no notion of a good heuristic:
 finding good ones is the search's (and ES's) job. With `source: hub` (config/paper.yaml:
 an instruction-tuned 8B-class writer, `response: function`) it fetches that model
 instead: a pre-staged `local_path`, or a snapshot at the pinned revision.
@@ -22,7 +22,7 @@ import torch
 
 from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
 from esopt.io import atomic_path, write_json_atomic
-from esopt.report.provenance import Provenance
+from esopt.provenance.record import Provenance
 from esopt.seeding import derive_seed
 
 log = logging.getLogger("esopt.build_ahd_model")
@@ -32,9 +32,9 @@ OPERATORS = ("i1", "e1", "e2", "m1", "m2")
 
 def demonstrations(task_names, per_task: int, parents_e: int, seed: int) -> list[list[dict[str, str]]]:
     """Chat transcripts (user prompt, assistant expression) for every task and operator."""
-    from esopt.envs.ahd import make_task
-    from esopt.models.expressions import child, random_expression, to_text
-    from esopt.prompt.heuristics import Candidate, TaskPrompt
+    from esopt.ahd import make_task
+    from esopt.ahd.prompts import Candidate, TaskPrompt
+    from esopt.ahd.writer import child, random_expression, to_text
 
     out = []
     for name in task_names:

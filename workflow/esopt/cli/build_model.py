@@ -18,7 +18,7 @@ import torch
 
 from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
 from esopt.io import atomic_path, write_json_atomic
-from esopt.report.provenance import Provenance
+from esopt.provenance.record import Provenance
 
 log = logging.getLogger("esopt.build_model")
 

@@ -18,19 +18,19 @@ import torch
 
 from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
 from esopt.io import atomic_path, write_json_atomic
-from esopt.report.provenance import Provenance
+from esopt.provenance.record import Provenance
 
 log = logging.getLogger("esopt.build_tool_model")
 
 
 def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config, args.threads)
-    from esopt.models.tool_warmstart import SFTSettings, demonstrations, supervised_fine_tune
     from esopt.eval.tool_episodes import load_tasks, make_tools, system_prompt
     from esopt.models.hub import weight_hashes
     from esopt.models.load import load_model_and_tokenizer
     from esopt.models.tiny import build_tiny_model
     from esopt.models.tokenizer import train_tokenizer
+    from esopt.models.tool_warmstart import SFTSettings, demonstrations, supervised_fine_tune
 
     ta = cfg.get("tool_agents") or {}
     m = ta.get("model")

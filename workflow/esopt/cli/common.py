@@ -48,6 +48,21 @@ def run_main(fn: Callable[[argparse.Namespace], int | None], parser: argparse.Ar
         log.debug("details", exc_info=True)
         print(f"esopt: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        log_imports(parser.prog)
+
+
+IMPORT_LOG = "ESOPT_IMPORT_LOG"
+
+
+def log_imports(prog: str) -> None:
+    """With $ESOPT_IMPORT_LOG set, append the esopt modules this command loaded: the test
+    that every job's code input (esopt.provenance.jobs) holds what its command really runs."""
+    path = os.environ.get(IMPORT_LOG)
+    if path:
+        mods = sorted(m for m in sys.modules if m == "esopt" or m.startswith("esopt."))
+        with open(path, "a") as f:  # one short line per process: appends of ranks do not interleave
+            f.write(json.dumps({"command": prog.removeprefix("esopt "), "modules": mods}) + "\n")
 
 
 def parse_wildcards(text: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
 from esopt.io import write_json_atomic
-from esopt.report.provenance import Provenance
+from esopt.provenance.record import Provenance
 
 log = logging.getLogger("esopt.evaluate")
 

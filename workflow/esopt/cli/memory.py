@@ -23,7 +23,7 @@ import torch
 
 from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
 from esopt.io import write_json_atomic
-from esopt.report.provenance import Provenance
+from esopt.provenance.record import Provenance
 
 log = logging.getLogger("esopt.memory")
 
@@ -56,13 +56,12 @@ def main_fn(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.config} has no `rl` block for --method {args.method}")
     # Every import happens before the baseline is taken.
     from esopt.agent.rollout import Sampling
-    from esopt.es import ESConfig, ESTrainer, SigmaSchedule
-    from esopt.eval.episodes import EpisodeSpec, run_episodes, summarize
+    from esopt.es import ESConfig, ESTrainer
+    from esopt.eval.episodes import EpisodeSpec, run_episodes, sudoku_rl_rollouts, summarize
     from esopt.eval.memory import PeakMemory, module_state_bytes
     from esopt.models.load import load_model_and_tokenizer
     from esopt.rl.critic import build_critic
-    from esopt.rl.trainer import RLTrainer
-    from esopt.cli.train_rl import build_rollout_fn, rl_config
+    from esopt.rl.trainer import RLConfig, RLTrainer
 
     if args.model is None:  # where the pipeline puts it
         name = cfg["model"]["name"] + ("-probe" if cfg["memory"].get("probe") else "")
@@ -83,10 +82,10 @@ def main_fn(args: argparse.Namespace) -> int:
         def run():
             return summarize(run_episodes(model, tok, spec, m["episodes"], seed=m["seed"], split="train"))
     elif args.method == "es":
+        # one generation at a constant sigma: memory.sigma, else es.sigma.sigma0
         e = scfg["es"]
-        es_cfg = ESConfig(population=m["population"], generations=1, alpha=e["alpha"],
-                          sigma=SigmaSchedule("constant", m["sigma"] or e["sigma"]["sigma0"], None, 1),
-                          antithetic=e["antithetic"], normalization=e["normalization"], seed=m["seed"])
+        sigma = {"schedule": "constant", "sigma0": m["sigma"] or e["sigma"]["sigma0"]}
+        es_cfg = ESConfig.from_settings({**e, "generations": 1, "sigma": sigma}, m["population"], m["seed"])
 
         def fitness(member):
             s = summarize(run_episodes(model, tok, spec, m["episodes"], seed=member.task_seed, split="train"))
@@ -100,11 +99,10 @@ def main_fn(args: argparse.Namespace) -> int:
             return {"rewards": rec.rewards}
     else:
         prof = scfg["agent"]["sampling"]
-        sampling = Sampling(do_sample=True, temperature=prof["temperature"], top_p=prof["top_p"], top_k=prof["top_k"],
-                            max_new_tokens=scfg["agent"]["max_new_tokens"])
-        rcfg = rl_config(scfg, args.method, prof, m["seed"])
+        sampling = Sampling.from_profile(prof, scfg["agent"]["max_new_tokens"])
+        rcfg = RLConfig.from_settings(scfg["rl"], args.method, prof, m["seed"])
         critic = build_critic(model, args.model, rcfg.critic).to(device) if args.method == "ppo" else None
-        trainer = RLTrainer(model, rcfg, build_rollout_fn(scfg, tok, m["horizon"], sampling), pad_id=tok.pad_token_id,
+        trainer = RLTrainer(model, rcfg, sudoku_rl_rollouts(scfg, tok, m["horizon"], sampling), pad_id=tok.pad_token_id,
                             critic=critic, progress=False)
         held += [critic, trainer.reference]
 

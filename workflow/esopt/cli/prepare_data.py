@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
-from esopt.report.provenance import Provenance
+from esopt.provenance.record import Provenance
 
 log = logging.getLogger("esopt.prepare_data")
 

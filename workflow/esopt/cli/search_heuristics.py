@@ -1,10 +1,10 @@
 """esopt search-heuristics: one automatic-heuristic-design run (test time).
 
 An external search (--search eoh | sample) asks the writer model for heuristics for
-one task (--task, esopt.envs.ahd), evaluates every reply in the sandbox on the
+one task (--task, esopt.ahd), evaluates every reply in the sandbox on the
 task's search instances, and keeps the best, for exactly --budget samples. With
 --es the writer's weights also move online (Agentic ESOpt, σ → 0; see
-esopt.eval.heuristic_search); without it the model is fixed (the matched baseline).
+esopt.ahd.run); without it the model is fixed (the matched baseline).
 The best heuristic is then scored on held-out test instances, as is the task's
 reference heuristic.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
 from esopt.io import write_json_atomic, write_text_atomic
-from esopt.report.provenance import Provenance
+from esopt.provenance.record import Provenance
 from esopt.seeding import derive_seed
 
 log = logging.getLogger("esopt.search_heuristics")
@@ -43,7 +43,7 @@ def budget_settings(cfg: dict, budget: int) -> dict:
 
 
 def make_search(cfg: dict, name: str, task_prompt, budget: dict, seed: int):
-    from esopt.prompt.eoh import EoH, Sample
+    from esopt.ahd.search import EoH, Sample
 
     a = cfg["ahd"]
     if name == "eoh":
@@ -55,8 +55,8 @@ def make_search(cfg: dict, name: str, task_prompt, budget: dict, seed: int):
 
 
 def make_evaluator(cfg: dict, task, split: str, seed: int):
-    from esopt.envs.ahd import InstanceSpec
-    from esopt.envs.ahd.evaluate import HeuristicEvaluator
+    from esopt.ahd import InstanceSpec
+    from esopt.ahd.evaluate import HeuristicEvaluator
 
     a = cfg["ahd"]
     t = a["tasks"][task.name]
@@ -71,12 +71,12 @@ def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config, args.threads)
     if "ahd" not in cfg:
         raise ValueError(f"{args.config} has no ahd block")
-    from esopt.envs.ahd import make_task
+    from esopt.ahd import make_task
+    from esopt.ahd.prompts import TaskPrompt
+    from esopt.ahd.run import ESSettings, HeuristicSearchRun
     from esopt.es.history import weights_sha256
-    from esopt.eval.heuristic_search import ESSettings, HeuristicSearchRun
     from esopt.models.load import load_model_and_tokenizer
     from esopt.prompt.analyst import PolicyAnalyst
-    from esopt.prompt.heuristics import TaskPrompt
 
     a = cfg["ahd"]
     if args.task not in a["tasks"]:

@@ -27,14 +27,13 @@ import argparse
 import json
 import logging
 import shutil
-import statistics
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
-from esopt.io import atomic_path, write_json_atomic, write_text_atomic
-from esopt.report.provenance import Provenance
+from esopt.io import write_json_atomic
+from esopt.provenance.record import Provenance
+from esopt.provenance.run_dir import RunDir
 
 log = logging.getLogger("esopt.train_agent")
 
@@ -124,18 +123,15 @@ class PromptState:
 
 # ---------------------------------------------------------------- methods
 def run_es(args, cfg, model, tok, tools, train, spec, resume_dir: Path, traj_dir: Path, prompt: PromptState | None):
-    from esopt.agent.rollout import write_trajectories
-    from esopt.cli.train_es import metrics_line
-    from esopt.es import ESConfig, ESTrainer, SigmaSchedule
+    from esopt.agent.rollout import kept_steps, write_trajectories
+    from esopt.config import tool_es_settings
+    from esopt.es import ESConfig, ESTrainer
     from esopt.es.history import History, weights_sha256
-    from esopt.eval.tool_episodes import es_settings, run_tool_episodes, sample_batch, summarize_tool
+    from esopt.eval.tool_episodes import run_tool_episodes, sample_batch, summarize_tool
 
-    e = es_settings(cfg, args.benchmark)
-    s = e["sigma"]
-    es_cfg = ESConfig(population=e["population"], generations=e["generations"], alpha=e["alpha"],
-                      sigma=SigmaSchedule(s["schedule"], s["sigma0"], s.get("sigmaT"), e["generations"]),
-                      antithetic=e["antithetic"], normalization=e["normalization"], seed=args.seed)
-    keep = {0, es_cfg.generations - 1} | set(range(0, es_cfg.generations, 10))
+    e = tool_es_settings(cfg, args.benchmark)
+    es_cfg = ESConfig.from_settings(e, e["population"], args.seed)
+    keep = kept_steps(es_cfg.generations)
     history_path = resume_dir / "history.json"
     if prompt is not None:
         prompt.catch_up(len(History.load(history_path).generations) if history_path.exists() else 0)
@@ -157,7 +153,7 @@ def run_es(args, cfg, model, tok, tools, train, spec, resume_dir: Path, traj_dir
                             "rollout_tokens": counters.get("prompt_tokens", 0) + counters.get("generated_tokens", 0)}
 
     def on_generation(rec):
-        m = metrics_line(rec)
+        m = rec.metrics()
         log.info("gen %d: sigma %.3g mean R %.3f max %.3f (%.1fs)", rec.generation, rec.sigma, m["mean_reward"],
                  m["max_reward"], rec.wall_s)
         if prompt is not None:
@@ -171,7 +167,7 @@ def run_es(args, cfg, model, tok, tools, train, spec, resume_dir: Path, traj_dir
                         on_generation=on_generation)
     history = trainer.run()
     history.final = {"weights_sha256": weights_sha256(model)}
-    return history, [metrics_line(r) for r in history.generations]
+    return history, [r.metrics() for r in history.generations]
 
 
 def run_trace2skill(args, cfg, model, tok, tools, train, spec, traj_dir: Path, prompt: PromptState):
@@ -180,13 +176,14 @@ def run_trace2skill(args, cfg, model, tok, tools, train, spec, traj_dir: Path, p
 
     from tqdm.auto import tqdm
 
-    from esopt.agent.rollout import write_trajectories
+    from esopt.agent.rollout import kept_steps, write_trajectories
+    from esopt.config import tool_es_settings
     from esopt.es.trainer import task_seed
-    from esopt.eval.tool_episodes import es_settings, run_tool_episodes, sample_batch, summarize_tool
+    from esopt.eval.tool_episodes import run_tool_episodes, sample_batch, summarize_tool
 
-    generations = es_settings(cfg, args.benchmark)["generations"]
+    generations = tool_es_settings(cfg, args.benchmark)["generations"]
     n = cfg["tool_agents"]["trace2skill"]["rollouts_per_generation"]
-    keep = {0, generations - 1} | set(range(0, generations, 10))
+    keep = kept_steps(generations)
     same_batches = SimpleNamespace(seed=args.seed)  # the task batches an ES run of this seed sees
     done = prompt.load()
     for t in tqdm(range(done, generations), initial=done, total=generations, desc="Trace2Skill generations"):
@@ -202,25 +199,21 @@ def run_trace2skill(args, cfg, model, tok, tools, train, spec, traj_dir: Path, p
 
 
 def run_grpo(args, cfg, tok, model_dir, tools, train, benchmark, resume_dir: Path, traj_dir: Path):
-    from esopt.agent.rollout import Sampling, write_trajectories
+    from esopt.agent.rollout import Sampling, kept_steps, write_trajectories
     from esopt.agent.tokens import token_rollout
-    from esopt.cli.train_rl import rl_config
-    from esopt.config import deep_merge
+    from esopt.config import tool_grpo_settings
     from esopt.eval.tool_episodes import make_env, sample_batch, system_prompt
     from esopt.models.load import load_model_and_tokenizer
-    from esopt.rl.trainer import RLTrainer
+    from esopt.rl.trainer import RLConfig, RLTrainer
 
     ta = cfg["tool_agents"]
-    g = dict(ta["grpo"])
-    rl = deep_merge(cfg["rl"], {k: v for k, v in g.items() if k not in ("tasks_per_step", "group_size")}
-                    | {"grpo": {"tasks_per_step": g["tasks_per_step"], "group_size": g["group_size"]}})
+    rl = tool_grpo_settings(cfg)
     prof = ta["sampling"]
-    sampling = Sampling(do_sample=True, temperature=prof["temperature"], top_p=prof["top_p"], top_k=prof["top_k"],
-                        max_new_tokens=ta["max_new_tokens"])
-    rcfg = rl_config({"rl": rl}, "grpo", prof, args.seed)
+    sampling = Sampling.from_profile(prof, ta["max_new_tokens"])
+    rcfg = RLConfig.from_settings(rl, "grpo", prof, args.seed)
     policy, _ = load_model_and_tokenizer(model_dir, dtype=rl["dtype"])
     system = system_prompt(benchmark, tools)
-    keep = {0, rcfg.steps - 1} | set(range(0, rcfg.steps, 10))
+    keep = kept_steps(rcfg.steps)
     step_of = {"t": 0}
 
     def rollout_fn(policy_, task_seed, sampling_seed, group, counters):
@@ -259,9 +252,8 @@ def main_fn(args: argparse.Namespace) -> int:
     from esopt.models.load import load_model_and_tokenizer
 
     ta = cfg["tool_agents"]
-    out = Path(args.out)
-    resume_dir, traj_dir = out / ".resume", out / ".resume" / "trajectories"
-    resume_dir.mkdir(parents=True, exist_ok=True)
+    run = RunDir(args.out)
+    resume_dir, traj_dir = run.resume, run.trajectories
     train = load_tasks(args.data, args.benchmark)
     tools = make_tools(cfg, args.benchmark, args.data)
     spec = ToolEpisodeSpec.from_config(cfg, args.benchmark, ta["es"].get("member_decoding", "sample"),
@@ -271,14 +263,13 @@ def main_fn(args: argparse.Namespace) -> int:
     prompt = None
     if "trace2skill" in args.method:
         prompt = PromptState(make_prompt_optimizer(cfg, args.benchmark, args.seed, args.model), resume_dir)
-    outputs, extra = [], {"method": args.method, "benchmark": args.benchmark}
+    extra = {"method": args.method, "benchmark": args.benchmark}
     model = None
     if args.method == "grpo":
         _, tok = load_model_and_tokenizer(args.model)
         model, metrics = run_grpo(args, cfg, tok, args.model, tools, train, args.benchmark, resume_dir, traj_dir)
         model = model.to(getattr(torch, ta.get("model", {}).get("dtype") or cfg["model"]["dtype"]))
-        shutil.copy(resume_dir / "checkpoint.pt", out / "checkpoint.pt")
-        outputs.append(out / "checkpoint.pt")
+        shutil.copy(resume_dir / "checkpoint.pt", run.add("checkpoint.pt"))
     else:
         model, tok = load_model_and_tokenizer(args.model)
         extra["base_weights_sha256"] = weights_sha256(model)
@@ -287,30 +278,19 @@ def main_fn(args: argparse.Namespace) -> int:
             model = None  # the weights did not move
         else:
             history, metrics = run_es(args, cfg, model, tok, tools, train, spec, resume_dir, traj_dir, prompt)
-            history.save(out / "history.json")
-            outputs.append(out / "history.json")
+            history.save(run.add("history.json"))
             extra["final_weights_sha256"] = history.final["weights_sha256"]
 
     # Publish atomically; provenance last.
     if model is not None:
-        with atomic_path(out / "model") as tmp:
-            tmp.unlink()
-            model.save_pretrained(tmp)
-            tok.save_pretrained(tmp)
-        outputs.append(out / "model")
+        run.save_model(model, tok)
     if prompt is not None:
-        write_text_atomic(out / "skill.md", prompt.opt.context())
-        write_text_atomic(out / "skill_history.jsonl", "".join(json.dumps(ln) + "\n" for ln in prompt.lines))
-        outputs += [out / "skill.md", out / "skill_history.jsonl"]
-    write_text_atomic(out / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in metrics))
-    outputs.append(out / "metrics.jsonl")
-    if (out / "trajectories").exists():
-        shutil.rmtree(out / "trajectories")
-    if traj_dir.exists():
-        shutil.copytree(traj_dir, out / "trajectories")
-    prov.write(out / "provenance.json", outputs=outputs, extra=extra)
-    shutil.rmtree(resume_dir)
-    log.info("done: %s", out)
+        run.write_text("skill.md", prompt.opt.context())
+        run.write_jsonl("skill_history.jsonl", prompt.lines)
+    run.write_jsonl("metrics.jsonl", metrics)
+    run.publish_trajectories()
+    run.finish(prov, extra=extra)
+    log.info("done: %s", run.out)
     return 0
 
 

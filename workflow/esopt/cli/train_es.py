@@ -17,15 +17,11 @@ with an error if the replicas' final weights differ.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import shutil
-import statistics
-from pathlib import Path
 
 from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
-from esopt.io import atomic_path, write_json_atomic, write_text_atomic
-from esopt.report.provenance import Provenance
+from esopt.provenance.record import Provenance
+from esopt.provenance.run_dir import RunDir
 
 log = logging.getLogger("esopt.train_es")
 
@@ -34,25 +30,9 @@ BENCHMARKS = ("sudoku",)
 
 def es_config(cfg: dict, population: int, seed: int, horizon: int, variant: str | None = None):
     from esopt.config import es_settings
-    from esopt.es import ESConfig, SigmaSchedule
+    from esopt.es import ESConfig
 
-    e = es_settings(cfg, horizon, variant)
-    s = e["sigma"]
-    sched = SigmaSchedule(s["schedule"], s["sigma0"], s.get("sigmaT"), e["generations"])
-    return ESConfig(population=population, generations=e["generations"], alpha=e["alpha"], sigma=sched,
-                    antithetic=e["antithetic"], normalization=e["normalization"], seed=seed)
-
-
-def metrics_line(rec) -> dict:
-    succ = [i["success"] for i in rec.member_info]
-    return {
-        "generation": rec.generation, "sigma": rec.sigma, "alpha": rec.alpha,
-        "mean_reward": statistics.fmean(rec.rewards), "max_reward": max(rec.rewards),
-        "min_reward": min(rec.rewards), "std_reward": statistics.pstdev(rec.rewards),
-        "success_rate": statistics.fmean(succ),
-        "mean_turns": statistics.fmean(i["mean_turns"] for i in rec.member_info),
-        "updated": rec.updated, "wall_s": rec.wall_s,
-    }
+    return ESConfig.from_settings(es_settings(cfg, horizon, variant), population, seed)
 
 
 def method_name(variant: str | None) -> str:
@@ -94,16 +74,13 @@ def main_fn(args: argparse.Namespace) -> int:
 
 
 def train(args: argparse.Namespace, cfg: dict, collective) -> int:
-    from esopt.agent.rollout import write_trajectories
+    from esopt.agent.rollout import kept_steps, write_trajectories
     from esopt.es import ESTrainer
     from esopt.es.history import weights_sha256
     from esopt.eval.episodes import EpisodeSpec, run_episodes, summarize
     from esopt.models.load import load_model_and_tokenizer
 
-    out = Path(args.out)
-    resume_dir = out / ".resume"
-    if collective.is_main:
-        resume_dir.mkdir(parents=True, exist_ok=True)
+    run = RunDir(args.out, create=collective.is_main)
     collective.barrier()
     model, tok = load_model_and_tokenizer(args.model)
     base_hash = weights_sha256(model)
@@ -113,15 +90,14 @@ def train(args: argparse.Namespace, cfg: dict, collective) -> int:
     n_tasks = cfg["es"]["tasks_per_member"]
     prov = Provenance("train-es", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                       seeds={"es": args.seed}, inputs=[args.config, args.model])
-    traj_dir = resume_dir / "trajectories"
-    keep = {0, es_cfg.generations - 1} | set(range(0, es_cfg.generations, 10))
+    keep = kept_steps(es_cfg.generations)
 
     def fitness(member):
         # Every member sees the same task batch and the same sampling seed (common random numbers).
         counters: dict[str, int] = {}
         trajs = run_episodes(model, tok, spec, n_tasks, seed=member.task_seed, split="train", counters=counters)
         if member.index == 0 and member.generation in keep:
-            write_trajectories(traj_dir / f"gen{member.generation:04d}.jsonl", trajs,
+            write_trajectories(run.trajectories / f"gen{member.generation:04d}.jsonl", trajs,
                                generation=member.generation, member=0, sigma=member.sigma)
         s = summarize(trajs)
         return s["mean_reward"], {"success": s["success"], "mean_turns": s["mean_turns"],
@@ -129,12 +105,12 @@ def train(args: argparse.Namespace, cfg: dict, collective) -> int:
                                   "rollout_tokens": counters.get("prompt_tokens", 0) + counters.get("generated_tokens", 0)}
 
     def on_generation(rec):
-        m = metrics_line(rec)
+        m = rec.metrics()
         log.info("gen %d: sigma %.3g mean R %.3f max %.3f success %.3f (%.1fs)",
                  rec.generation, rec.sigma, m["mean_reward"], m["max_reward"], m["success_rate"], rec.wall_s)
 
     trainer = ESTrainer(
-        model, es_cfg, fitness, history_path=resume_dir / "history.json",
+        model, es_cfg, fitness, history_path=run.resume / "history.json",
         run_info={"benchmark": args.benchmark, "horizon": args.horizon, "method": method, "base_weights_sha256": base_hash,
                   "episode": {k: v for k, v in vars(spec).items() if k != "sampling"} | {"sampling": vars(spec.sampling)},
                   "tasks_per_member": n_tasks},
@@ -150,26 +126,19 @@ def train(args: argparse.Namespace, cfg: dict, collective) -> int:
         return 0
 
     # Publish: every file is written atomically; history.json last-but-one, provenance last.
-    with atomic_path(out / "model") as tmp:
-        tmp.unlink()
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-    if (out / "trajectories").exists():
-        shutil.rmtree(out / "trajectories")
-    shutil.copytree(traj_dir, out / "trajectories")
-    write_text_atomic(out / "metrics.jsonl", "".join(json.dumps(metrics_line(r)) + "\n" for r in history.generations))
+    run.save_model(model, tok)
+    run.publish_trajectories()
+    run.write_jsonl("metrics.jsonl", (r.metrics() for r in history.generations))
     budget = es_budget(history, sum(p.numel() for p in model.parameters()), args.population, n_tasks, args.horizon, args.seed,
                        method)
     budget["ranks"] = collective.world_size
-    write_json_atomic(out / "budget.json", budget)
-    history.save(out / "history.json")
-    prov.write(out / "provenance.json", outputs=[out / "model", out / "history.json", out / "metrics.jsonl", out / "budget.json"],
-               extra={"base_weights_sha256": base_hash, "final_weights_sha256": history.final["weights_sha256"],
-                      "model_device": str(model.device),
-                      "ranks": {"world_size": collective.world_size, "replica_weights_sha256": replicas}})
-    shutil.rmtree(resume_dir)
+    run.write_json("budget.json", budget)
+    history.save(run.add("history.json"))
+    run.finish(prov, extra={"base_weights_sha256": base_hash, "final_weights_sha256": history.final["weights_sha256"],
+                            "model_device": str(model.device),
+                            "ranks": {"world_size": collective.world_size, "replica_weights_sha256": replicas}})
     collective.barrier()
-    log.info("done: %s", out)
+    log.info("done: %s", run.out)
     return 0
 
 

@@ -9,18 +9,42 @@ fails at once instead of after half a minute of retries. That failure is a
 `HubUnavailableError` (a ConnectionError) whose message names the dataset, says the
 machine appears to be offline and how to download the data and pass a local file
 instead.
+
+Also shared by both: the names of the train/test splits (`SPLITS`, `canonical_split`)
+and how a loader's `path` argument is read (`HUB_ID`, `is_local`: a local file or
+folder, or a hub id "owner/name").
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-__all__ = ["HubUnavailableError", "env_offline", "hub_reachable", "load_hub_rows", "looks_offline", "offline_mode"]
+__all__ = ["HUB_ID", "SPLITS", "HubUnavailableError", "canonical_split", "env_offline", "hub_reachable", "is_local",
+           "load_hub_rows", "looks_offline", "offline_mode"]
+
+SPLITS = {"train": "train", "test": "test", "eval": "test"}  # "eval" is the sudoku name of the test split
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # a hub dataset id, "owner/name"
+
+
+def canonical_split(split: str) -> str:
+    """'train' or 'test' ('eval' = 'test') of our own generated or hash-split sets."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be 'train' or 'test' ('eval' = 'test'), got {split!r}")
+    return SPLITS[split]
+
+
+def is_local(text: str, suffixes: tuple[str, ...]) -> bool:
+    """Whether a loader's `path` names a local file or folder rather than a hub id: it
+    exists, ends in one of `suffixes`, starts with ".", "/" or "~", or is no "owner/name"."""
+    p = Path(text).expanduser()
+    return p.exists() or p.suffix in suffixes or text.startswith((".", "/", "~")) or not HUB_ID.fullmatch(text)
 
 
 class HubUnavailableError(ConnectionError):

@@ -1,6 +1,6 @@
 """The ES optimizer. Knows nothing about LLMs or environments: any torch.nn.Module."""
 
-from esopt.es.history import History, GenerationRecord
+from esopt.es.history import GenerationRecord, History
 from esopt.es.normalize import normalize_rewards
 from esopt.es.perturb import Perturber
 from esopt.es.schedule import SigmaSchedule

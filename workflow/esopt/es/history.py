@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -38,6 +39,19 @@ class GenerationRecord:
         """c_i = (α / G)·R̂_i·sign_i, so that θ += Σ c_i ε_i is the paper's update."""
         g = len(self.seeds)
         return [self.alpha / g * z * s for z, s in zip(self.normalized, self.signs)]
+
+    def metrics(self) -> dict[str, Any]:
+        """The generation's line of metrics.jsonl: σ, α, the members' rewards, and the
+        success and turns each member's episodes report (member_info)."""
+        succ = [i["success"] for i in self.member_info]
+        return {
+            "generation": self.generation, "sigma": self.sigma, "alpha": self.alpha,
+            "mean_reward": statistics.fmean(self.rewards), "max_reward": max(self.rewards),
+            "min_reward": min(self.rewards), "std_reward": statistics.pstdev(self.rewards),
+            "success_rate": statistics.fmean(succ),
+            "mean_turns": statistics.fmean(i["mean_turns"] for i in self.member_info),
+            "updated": self.updated, "wall_s": self.wall_s,
+        }
 
 
 @dataclass

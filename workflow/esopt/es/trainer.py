@@ -53,6 +53,15 @@ class ESConfig:
                 f"sigma schedule spans {self.sigma.total} generations, run has {self.generations}"
             )
 
+    @classmethod
+    def from_settings(cls, es: dict[str, Any], population: int, seed: int) -> "ESConfig":
+        """From one run's es settings (esopt.config.es_settings / tool_es_settings):
+        generations, alpha, sigma {schedule, sigma0, sigmaT}, antithetic, normalization."""
+        s = es["sigma"]
+        return cls(population=population, generations=es["generations"], alpha=es["alpha"],
+                   sigma=SigmaSchedule(s["schedule"], s["sigma0"], s.get("sigmaT"), es["generations"]),
+                   antithetic=es["antithetic"], normalization=es["normalization"], seed=seed)
+
     def as_record(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -26,10 +26,7 @@ class EpisodeSpec:
     @classmethod
     def from_config(cls, cfg: dict[str, Any], horizon: int, decoding: str, batch_size: int | None = None) -> "EpisodeSpec":
         s = cfg["agent"]["sampling"]
-        sampling = Sampling(
-            do_sample=decoding == "sample", temperature=s["temperature"], top_p=s["top_p"], top_k=s["top_k"],
-            max_new_tokens=cfg["agent"]["max_new_tokens"],
-        )
+        sampling = Sampling.from_profile(s, cfg["agent"]["max_new_tokens"], do_sample=decoding == "sample")
         return cls(
             size=cfg["sudoku"]["size"], horizon=horizon, max_turns=cfg["sudoku"]["max_turns"],
             reward=cfg["sudoku"]["reward"], prompt=cfg["sudoku"]["prompt"], history_turns=cfg["agent"]["history_turns"],
@@ -64,3 +61,23 @@ def summarize(trajs: list[Trajectory]) -> dict[str, Any]:
         "invalid_per_episode": sum(t.info.get("invalid_actions", 0) for t in trajs) / n,
         "illegal_per_episode": sum(t.info.get("illegal_actions", 0) for t in trajs) / n,
     }
+
+
+def sudoku_rl_rollouts(cfg: dict[str, Any], tokenizer, horizon: int, sampling: Sampling):
+    """The RL trainer's rollout_fn on Sudoku: a step's training puzzles at H*, each
+    repeated `group` times, as token trajectories (observations outside the loss mask)."""
+    from esopt.agent.tokens import token_rollout
+
+    s, r = cfg["sudoku"], cfg["rl"]
+    system = instructions(s["size"], s["prompt"])
+
+    def rollout_fn(policy, task_seed, sampling_seed, group, counters):
+        n_tasks = r["ppo" if group == 1 else "grpo"]["tasks_per_step"]
+        tasks = [t for t in generate_puzzles(s["size"], horizon, n_tasks, seed=task_seed, split="train") for _ in range(group)]
+        return token_rollout(
+            policy, tokenizer, lambda: SudokuEnv(s["max_turns"], s["reward"]), tasks, system=system, sampling=sampling,
+            seed=sampling_seed, max_turns=s["max_turns"], history_turns=cfg["agent"]["history_turns"],
+            max_total_tokens=r["max_total_tokens"], batch_size=r["batch_size"], counters=counters,
+        )
+
+    return rollout_fn

@@ -24,8 +24,9 @@ from esopt.agent.rollout import Sampling, Trajectory, rollout
 from esopt.agent.tools import Tool
 from esopt.io import write_text_atomic
 
-# benchmark -> (its task class, its environment class) in esopt.envs.BENCHMARK
-_CLASSES = {"math": ("MathTask", "MathEnv"), "docvqa": ("DocTask", "DocVQAEnv")}
+# benchmark -> (its module, its task class, its environment class); the module is named in
+# full so that the pipeline sees it as imported (esopt.provenance.imports)
+_CLASSES = {"math": ("esopt.envs.math", "MathTask", "MathEnv"), "docvqa": ("esopt.envs.docvqa", "DocTask", "DocVQAEnv")}
 BENCHMARKS = tuple(_CLASSES)
 TASKS_FILE = "tasks.jsonl"
 
@@ -37,11 +38,11 @@ def _check(benchmark: str) -> None:
 
 def _env_module(benchmark: str):
     _check(benchmark)
-    return importlib.import_module(f"esopt.envs.{benchmark}")
+    return importlib.import_module(_CLASSES[benchmark][0])
 
 
 def task_class(benchmark: str):
-    return getattr(_env_module(benchmark), _CLASSES[benchmark][0])
+    return getattr(_env_module(benchmark), _CLASSES[benchmark][1])
 
 
 def write_tasks(data_dir: str | os.PathLike, tasks: Sequence[Any]) -> Path:
@@ -85,14 +86,6 @@ def sample_batch(tasks: Sequence[Any], n: int, seed: int) -> list[Any]:
     return [rng.choice(tasks) for _ in range(n)]
 
 
-def es_settings(cfg: dict[str, Any], benchmark: str) -> dict[str, Any]:
-    """tool_agents.es with the benchmark's own overrides (tool_agents.benchmarks.B.es)."""
-    from esopt.config import deep_merge
-
-    ta = cfg["tool_agents"]
-    return deep_merge(ta["es"], ta["benchmarks"][benchmark].get("es") or {})
-
-
 OCR_CACHE = "ocr_cache"
 
 
@@ -130,7 +123,7 @@ def system_prompt(benchmark: str, tools: Sequence[Tool], skill: str = "") -> str
 
 
 def make_env(benchmark: str, tools: Sequence[Tool], max_tool_calls: int | None) -> ReActEnv:
-    env = getattr(_env_module(benchmark), _CLASSES[benchmark][1])()
+    env = getattr(_env_module(benchmark), _CLASSES[benchmark][2])()
     return ReActEnv(env, tools, max_tool_calls)
 
 
@@ -151,8 +144,7 @@ class ToolEpisodeSpec:
         _check(benchmark)
         ta = cfg["tool_agents"]
         s = ta["sampling"]
-        sampling = Sampling(do_sample=decoding == "sample", temperature=s["temperature"], top_p=s["top_p"],
-                            top_k=s["top_k"], max_new_tokens=ta["max_new_tokens"])
+        sampling = Sampling.from_profile(s, ta["max_new_tokens"], do_sample=decoding == "sample")
         return cls(benchmark=benchmark, max_turns=ta["max_turns"], max_tool_calls=ta.get("max_tool_calls"),
                    history_turns=ta.get("history_turns"), sampling=sampling, batch_size=batch_size)
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from esopt.report.sudoku import save_figure
+from esopt.report.files import save_figure
 
 TASK_ORDER = ["construct_tsp", "construct_kp", "construct_asp", "aco_tsp", "aco_cvrp", "aco_bpp"]
 SEARCH_LABELS = {"eoh": "EoH", "sample": "Sample"}

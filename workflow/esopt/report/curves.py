@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from esopt.report.sudoku import save_figure
+from esopt.report.files import save_figure
 from esopt.report.methods import ALGO_METHOD, method_order, series_colors, series_label
 
 RUN_COLUMNS = ["model", "method", "horizon", "population", "seed", "generation", "sigma", "mean_reward",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from esopt.report.sudoku import save_figure
+from esopt.report.files import save_figure
 
 log = logging.getLogger("esopt.report")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from esopt.report.sudoku import save_figure
+from esopt.report.files import save_figure
 
 # Drawing order, legend labels and styles; methods not listed here are drawn after, in
 # matplotlib's colour cycle, under their own name.

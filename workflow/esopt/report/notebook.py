@@ -77,10 +77,10 @@ def write_provenance(inputs: str | os.PathLike | Iterable[str | os.PathLike] | N
                      name: str = "report", path: str | os.PathLike | None = None) -> Path:
     """The report's provenance record, beside its table: TABLE.provenance.json for the
     first output (results/tables/x.csv -> results/tables/x.provenance.json), in the format
-    of every other record (esopt.report.provenance), so `esopt audit` re-hashes the
+    of every other record (esopt.provenance.record), so `esopt audit` re-hashes the
     notebook's inputs (patterns expanded) and outputs (tables, figure). Command
     "notebook:NAME"; no config file: the notebook's parameters are recorded as params."""
-    from esopt.report.provenance import Provenance
+    from esopt.provenance.record import Provenance
 
     outputs = [os.fspath(o) for o in outputs]
     if not outputs:

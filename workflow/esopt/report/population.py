@@ -12,8 +12,9 @@ from typing import Any
 
 import pandas as pd
 
+from esopt.report.files import save_figure
 from esopt.report.methods import STYLES, method_order, parse_reference
-from esopt.report.sudoku import load_evals, save_figure
+from esopt.report.sudoku import load_evals
 
 TABLE_COLUMNS = ["model", "method", "population", "horizon", "seeds", "success_mean", "success_std",
                  "success_se_mean", "mean_turns_solved", "paper_success"]

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from esopt.io import atomic_path
+from esopt.report.files import save_figure
 
 COLUMNS = ["method", "train_horizon", "population", "seed", "eval_horizon", "episodes", "success", "success_se",
            "mean_turns", "mean_turns_solved", "invalid_per_episode", "illegal_per_episode", "source"]
@@ -54,20 +54,6 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
             "mean_turns_solved": grp.mean_turns_solved.mean(),
         })
     return pd.DataFrame(rows)
-
-
-def write_csv(df: pd.DataFrame, path: str | os.PathLike) -> None:
-    with atomic_path(path) as tmp:
-        df.to_csv(tmp, index=False, float_format="%.6g")
-
-
-def save_figure(fig, path: str | os.PathLike, dpi: int = 150, tight: bool = True) -> None:
-    """Write a matplotlib figure as PNG atomically and close it."""
-    import matplotlib.pyplot as plt
-
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=dpi, format="png", **({"bbox_inches": "tight"} if tight else {}))
-    plt.close(fig)
 
 
 def plot_horizon(df: pd.DataFrame, path: str | os.PathLike, title: str = "") -> None:

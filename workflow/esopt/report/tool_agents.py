@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from esopt.report.sudoku import save_figure
+from esopt.report.files import save_figure
 
 METHODS = ["no_skill", "grpo", "esopt", "trace2skill", "esopt_trace2skill"]
 LABELS = {"no_skill": "No Skill", "grpo": "Agentic GRPO", "esopt": "Agentic ESOpt", "trace2skill": "Trace2Skill",

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from esopt.report.sudoku import save_figure
+from esopt.report.files import save_figure
 from esopt.report.methods import (
     LABELS,
     STYLES,

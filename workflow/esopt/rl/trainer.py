@@ -77,6 +77,45 @@ class RLConfig:
     def episodes_per_step(self) -> int:
         return self.tasks_per_step * self.group_size
 
+    @classmethod
+    def from_settings(cls, rl: dict[str, Any], algo: str, sampling: dict[str, Any], seed: int) -> "RLConfig":
+        """From the config's rl block (esopt.config.rl_settings, or tool_grpo_settings) and a
+        sampling profile ({temperature, ...}); rl[algo] holds the algorithm's own keys."""
+        per = rl[algo]
+        return cls(
+            algo=algo, steps=rl["steps"], tasks_per_step=per["tasks_per_step"], group_size=per.get("group_size", 1),
+            lr=rl["lr"], weight_decay=rl["weight_decay"], epochs=rl["epochs"], minibatches=rl["minibatches"],
+            micro_batch=rl["micro_batch"], loss_agg=rl["loss_agg"],
+            clip_low=rl["clip_low"], clip_high=rl["clip_high"], kl_coef=rl["kl_coef"], max_grad_norm=rl["max_grad_norm"],
+            temperature=sampling["temperature"], gamma=per.get("gamma", 1.0), lam=per.get("lam", 1.0),
+            critic=per.get("critic", "separate"), critic_lr=per.get("critic_lr", rl["lr"]),
+            vf_clip=per.get("vf_clip", 0.2), vf_coef=per.get("vf_coef", 0.5), seed=seed,
+        )
+
+
+# The paper's two sampling profiles of the RL baselines: `default` is agent.sampling (T 0.7,
+# top-p 0.8, top-k 20); `t1` samples the full distribution.
+SAMPLING_PROFILES = {"default": None, "t1": {"temperature": 1.0, "top_p": 1.0, "top_k": 0}}
+
+
+def method_name(algo: str, sampling: str) -> str:
+    """The method an RL run reports as: grpo, ppo, or grpo_t1 for GRPO under the T 1 profile."""
+    return algo if sampling == "default" else f"{algo}_{sampling}"
+
+
+def rl_flops(params: int, critic_params: int, totals: dict, cfg: "RLConfig") -> float:
+    """Model FLOPs from tokens processed, 2N per token forward and 4N backward
+    (attention's sequence-length term left out): rollouts forward; training forward +
+    backward; the reference model forward; PPO's critic forward for the old values
+    and forward + backward when it learns."""
+    f = 2 * params * totals["rollout_tokens"] + 6 * params * totals["train_tokens"]
+    epochs = max(cfg.epochs, 1)
+    if cfg.kl_coef > 0:
+        f += 2 * params * totals["train_tokens"] / epochs
+    if critic_params:
+        f += 2 * critic_params * totals["train_tokens"] / epochs + 6 * critic_params * totals["train_tokens"]
+    return float(f)
+
 
 # rollout_fn(policy, tasks seed, sampling seed, group_size, counters) -> token trajectories,
 # groups of `group_size` consecutive episodes sharing a task

@@ -8,7 +8,7 @@ since OCR drops some).
 
 Engines:
   rapidocr   RapidOCR (PP-OCRv4 det/cls/rec ONNX models, shipped inside the
-             rapidocr-onnxruntime wheel: no download). `pip install esopt[ocr]`.
+             rapidocr-onnxruntime wheel: no download; a dependency of esopt).
   tesseract  the `tesseract` binary (TSV output), when installed.
   auto       rapidocr if importable, else tesseract.
 
@@ -54,7 +54,7 @@ from typing import Any, Sequence
 log = logging.getLogger(__name__)
 
 ENGINES = ("auto", "rapidocr", "tesseract")
-INSTALL_HINT = "pip install esopt[ocr]"
+INSTALL_HINT = "pip install rapidocr-onnxruntime"  # a dependency of esopt, missing only from a broken install
 CACHE_FORMAT = 1  # bump when what a cache file holds changes meaning
 TRUNCATION_MARKER = "[... truncated: {shown} of {total} characters shown; call <ocr>phrase</ocr> to find a line]"
 DIGIT_GAP_FACTOR = 1.6

@@ -65,7 +65,7 @@ def planned_es_generations(batch_sizes: Sequence[tuple[str, int]], budget: int, 
 
 def batch_plan(search, budget: int) -> list[tuple[str, int]]:
     """The batches a search will ask for, assuming its initialization succeeds at once."""
-    from esopt.prompt.eoh import EoH
+    from esopt.ahd.search import EoH
 
     if isinstance(search, EoH):
         init = [("i1", search.init_size)]
@@ -175,7 +175,7 @@ class HeuristicSearchRun:
     def step(self) -> None:
         from esopt.es.history import GenerationRecord
         from esopt.es.normalize import normalize_rewards
-        from esopt.prompt.heuristics import parse_reply
+        from esopt.ahd.prompts import parse_reply
 
         start = time.perf_counter()
         requests = self.search.next_batch()[: self.budget - self.used]

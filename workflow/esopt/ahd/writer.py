@@ -1,7 +1,7 @@
 """The small expression language the tiny heuristic writer is warm-started on.
 
 A tiny model cannot write whole Python functions, so at tiny scale it writes one
-expression over a task's named features (esopt.envs.ahd.base: `features`,
+expression over a task's named features (esopt.ahd.tasks.base: `features`,
 `expression_template`): e.g. `d+0.5*e` for "prefer near nodes, a little the ones near
 the start". Expressions are trees of features, constants, + - * /, sqrt and square;
 this module draws random ones and applies the four EoH operators syntactically, so

@@ -1,8 +1,8 @@
-"""What every heuristic-design task provides (esopt.envs.ahd).
+"""What every heuristic-design task provides (esopt.ahd.tasks).
 
 A task is a combinatorial problem, a Python function the LLM must write for it (the
 heuristic), and a trusted algorithm that uses the heuristic's outputs. Generated code
-never runs in this process: `esopt.envs.ahd.evaluate` runs the task's *runner* (a
+never runs in this process: `esopt.ahd.evaluate` runs the task's *runner* (a
 self-contained module, numpy and the standard library only) together with the
 candidate in a sandboxed process. The runner returns plain JSON outputs (a tour, an
 item order, a heuristic matrix, a vector of priorities), and the task's `score`,

@@ -13,7 +13,7 @@ Python loop per ant. Everything is drawn from the `numpy.random.Generator` passe
 so a solve is deterministic given its seed.
 
 Heuristic matrices must already be validated (finite, positive): see
-`esopt.envs.ahd.aco_tasks`, which does that for untrusted output.
+`esopt.ahd.tasks.aco_tasks`, which does that for untrusted output.
 """
 
 from __future__ import annotations

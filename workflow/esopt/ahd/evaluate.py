@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
 from esopt.agent.tools.python_sandbox import PythonSandbox
-from esopt.envs.ahd.base import HeuristicTask, Instance
+from esopt.ahd.tasks.base import HeuristicTask, Instance
 
 # Modules a heuristic may import (the top-level name; numpy only with these submodules).
 ALLOWED_IMPORTS = frozenset({"numpy", "math", "random", "itertools", "functools", "heapq", "collections",

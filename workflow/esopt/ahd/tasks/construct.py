@@ -1,4 +1,4 @@
-"""Constructive heuristic-design tasks: TSP, 0/1 knapsack, admissible sets (esopt.envs.ahd).
+"""Constructive heuristic-design tasks: TSP, 0/1 knapsack, admissible sets (esopt.ahd.tasks).
 
 * construct_tsp (EoH's TSP task): `select_next_node` picks the next city of a tour
   that starts and ends at node 0. Instances: `size` cities uniform in the unit
@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from esopt.envs.ahd.base import HeuristicTask, Instance, InstanceSpec
+from esopt.ahd.tasks.base import HeuristicTask, Instance, InstanceSpec
 
 __all__ = [
     "ASP_BLOCKED", "ASP_OPTIMA", "ASP_TRIPLES", "ConstructASP", "ConstructKP", "ConstructTSP", "asp_children",

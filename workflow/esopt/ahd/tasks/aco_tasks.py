@@ -2,7 +2,7 @@
 
 The LLM writes `heuristics(...)`, which returns a matrix eta of prior desirabilities
 (of an edge, or of two items sharing a bin); the trusted ACO solver in
-`esopt.envs.ahd.aco` samples solutions with odds tau^alpha * eta^beta and learns the
+`esopt.ahd.tasks.aco` samples solutions with odds tau^alpha * eta^beta and learns the
 pheromone tau. The runner (run_aco_*.py) only calls the candidate and returns eta;
 `score` validates it here and runs the seeded solver.
 
@@ -30,8 +30,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from esopt.envs.ahd import aco
-from esopt.envs.ahd.base import HeuristicTask, Instance, InstanceSpec
+from esopt.ahd.tasks import aco
+from esopt.ahd.tasks.base import HeuristicTask, Instance, InstanceSpec
 
 
 def instance_rng(*key: Any) -> np.random.Generator:

@@ -1,7 +1,7 @@
 """Sandbox side of aco_tsp: call the candidate `heuristics(distance_matrix)`, return its matrix.
 
 Self-contained (numpy and the standard library only); the trusted parent validates
-the matrix and runs the ACO (esopt.envs.ahd.aco_tasks.ACOTSP.score).
+the matrix and runs the ACO (esopt.ahd.tasks.aco_tasks.ACOTSP.score).
 """
 
 import numpy as np

@@ -1,7 +1,7 @@
-"""Sandbox side of aco_bpp: call the candidate `heuristics(demand, capacity)`, return its matrix.
+"""Sandbox side of aco_cvrp: call `heuristics(distance_matrix, coordinates, demands, capacity)`.
 
 Self-contained (numpy and the standard library only); the trusted parent validates
-the matrix and runs the ACO (esopt.envs.ahd.aco_tasks.ACOBPP.score).
+the matrix and runs the ACO (esopt.ahd.tasks.aco_tasks.ACOCVRP.score). Node 0 is the depot.
 """
 
 import numpy as np
@@ -20,5 +20,8 @@ def _matrix_output(h, n):
 
 
 def run(heuristic, instance):
-    demand = np.asarray(instance["demands"], dtype=float)
-    return _matrix_output(heuristic(demand, int(instance["capacity"])), len(demand))
+    coords = np.asarray(instance["coords"], dtype=float)
+    d = np.sqrt(((coords[:, None, :] - coords[None, :, :]) ** 2).sum(axis=-1))
+    np.fill_diagonal(d, 1.0)  # as ReEvo: 1/d stays finite
+    demands = np.asarray(instance["demands"], dtype=float)
+    return _matrix_output(heuristic(d, coords.copy(), demands, int(instance["capacity"])), len(d))

@@ -47,7 +47,7 @@ eoh_evolution.py, selection/prob_rank.py, management/pop_greedy.py):
   duplicates dropped, the best `pop_size` by objective (ties by id) stay. So the
   children of e1 can already be parents in e2 of the same generation. (The paper's
   text reads as one survival per generation; we follow the code.)
-- Duplicates: a child whose normalized code (heuristics.code_key) or objective
+- Duplicates: a child whose normalized code (prompts.code_key) or objective
   (rounded to `objective_decimals`, as EoH rounds objectives to 5 decimals) equals
   that of a population member or of an earlier valid child of the same batch does
   not enter (verdict "duplicate"). Invalid children (objective None or not finite)
@@ -80,7 +80,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from esopt.prompt.heuristics import Candidate, Request, TaskPrompt, code_key
+from esopt.ahd.prompts import Candidate, Request, TaskPrompt, code_key
 from esopt.seeding import derive_seed
 
 EVOLUTION_OPERATORS = ("e1", "e2", "m1", "m2")

@@ -1,10 +1,10 @@
 """Prompts and reply parsing for automatic heuristic design (AHD) searches.
 
-An AHD search (EoH, Sample: esopt.prompt.eoh) keeps candidate heuristics and asks
+An AHD search (EoH, Sample: esopt.ahd.search) keeps candidate heuristics and asks
 an LLM for new ones; it never runs a model or evaluates code itself. The driver
 takes the search's `Request`s, sends each `Request.prompt` to the LLM (sampling
 with `Request.seed`), parses the reply with `parse_reply`, evaluates the code in
-the sandbox (esopt.envs.ahd) and hands back one `Candidate` per request
+the sandbox (esopt.ahd.evaluate) and hands back one `Candidate` per request
 (`Request.child(...)` fills in the bookkeeping fields).
 
 Two prompt modes (`TaskPrompt.mode`):
@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from esopt.envs.ahd.base import HeuristicTask
+    from esopt.ahd.tasks.base import HeuristicTask
 
 OPERATORS = ("i1", "e1", "e2", "m1", "m2")
 MODES = ("function", "expression")

@@ -2,7 +2,7 @@
 
 Only computes the candidate's priority of every child of weight w, one float each, in
 itertools.product order over the 7 triples per group (the order of
-esopt.envs.ahd.construct.asp_children). The greedy that builds the admissible set runs
+esopt.ahd.tasks.construct.asp_children). The greedy that builds the admissible set runs
 in the trusted parent. Each child is passed as its vector: the concatenated triples.
 """
 

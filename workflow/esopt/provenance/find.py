@@ -1,0 +1,146 @@
+"""Finding provenance records, and the paths they name.
+
+Recorded paths are relative to the directory the command ran in (the pipeline's
+working directory). They are resolved (1) as they are when absolute, else (2) against
+`root` when given, else (3) against the directory that, joined with the recorded
+output paths, gives the files beside the provenance file (so a results/ tree audits
+from anywhere, and a moved tree still finds its own outputs), else (4) against the
+current directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+class AuditError(ValueError):
+    """A user mistake (no such path, nothing to audit); not a failed check."""
+
+
+def is_provenance_file(p: Path) -> bool:
+    return p.name == "provenance.json" or p.name.endswith(".provenance.json")
+
+
+def records_under(d: Path) -> list[Path]:
+    """Every provenance file under a directory (hidden directories such as .resume/ skipped)."""
+    found = []
+    for p in d.rglob("*provenance.json"):
+        rel = p.relative_to(d).parts
+        if p.is_file() and is_provenance_file(p) and not any(part.startswith(".") for part in rel[:-1]):
+            found.append(p)
+    return sorted(found)
+
+
+def _abs(p: str | os.PathLike) -> Path:
+    return Path(os.path.abspath(p))  # absolute, normalized, symlinks kept as the user named them
+
+
+def display_path(p: Path) -> str:
+    """A path as the user would type it: relative to the current directory when under it."""
+    try:
+        return str(p.relative_to(Path.cwd()))
+    except ValueError:
+        return str(p)
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def infer_root(prov: Path, rec: dict[str, Any]) -> Path | None:
+    """The directory the command ran in, from where its provenance file now lies."""
+    here = _abs(prov).parent
+    outputs = rec.get("outputs") if isinstance(rec.get("outputs"), dict) else {}
+    for o in sorted(outputs, key=lambda o: len(Path(o).parts)):
+        op = Path(o)
+        if op.is_absolute():
+            continue
+        d = op.parent.parts
+        if len(d) <= len(here.parts) - 1 and here.parts[len(here.parts) - len(d):] == d:
+            return Path(*here.parts[: len(here.parts) - len(d)])
+    return None
+
+
+def produced_files(prov: Path, rec: dict[str, Any], root: Path | None) -> set[Path]:
+    """Absolute paths a record vouches for: its outputs and, for build-model, the weight files."""
+    base = root or infer_root(prov, rec) or Path.cwd()
+    res = lambda p: _abs(p if Path(p).is_absolute() else base / p)
+    files = {res(o) for o in (rec.get("outputs") or {})}
+    model_dir = _model_dir_of_build(rec, res)
+    if model_dir is not None:
+        files |= {model_dir / f for f in rec.get("weights_sha256") or {}}
+    return files
+
+
+def producer_of(path: Path, root: Path | None = None, levels: int = 4) -> Path | None:
+    """The provenance file that lists `path` (a file, or a directory: any file under it) as
+    produced: beside it or up to `levels` directories above it, else in a sibling of its
+    directory (a report's figure in results/figures/, its record in results/tables/)."""
+    path = _abs(path)
+    if is_provenance_file(path):
+        return path
+    candidates: list[Path] = []
+    if path.suffix:
+        candidates.append(path.with_suffix(".provenance.json"))
+    for d in [path.parent, *path.parent.parents][:levels]:
+        candidates += [d / "provenance.json", *sorted(d.glob("*.provenance.json"))]
+    up = path.parent.parent
+    if up != path.parent:
+        siblings = sorted(d for d in up.iterdir() if d.is_dir() and d != path.parent and not d.name.startswith("."))
+        candidates += [c for d in siblings for c in sorted(d.glob("*.provenance.json"))]
+    for c in dict.fromkeys(candidates):
+        rec = _read_record(c) if c.is_file() else None
+        if rec is None:
+            continue
+        files = produced_files(c, rec, root)
+        if path in files or any(path in f.parents for f in files):
+            return c
+    return None
+
+
+def find_records(path: str | os.PathLike, root: Path | None = None) -> list[Path]:
+    """PATH → the provenance files to audit (see the CLI's help)."""
+    p = _abs(path)
+    if not p.exists():
+        raise AuditError(f"{path}: no such file or directory")
+    if p.is_file() and is_provenance_file(p):
+        return [p]
+    if p.is_dir():
+        found = records_under(p)
+        if found:
+            return found
+    prov = producer_of(p, root)
+    if prov is None:
+        what = "no provenance file under it, and none" if p.is_dir() else "no provenance file"
+        raise AuditError(f"{path}: {what} beside or above it lists it as an output")
+    return [prov]
+
+
+
+def _arg(argv: list[str], flag: str) -> str | None:
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _model_dir_of_build(rec: dict[str, Any], res: Callable[[str], Path]) -> Path | None:
+    if rec.get("command") != "build-model" or not isinstance(rec.get("weights_sha256"), dict):
+        return None
+    out = _arg(rec.get("argv") or [], "--out")
+    if out:
+        return res(out)
+    for o in rec.get("outputs") or {}:
+        if Path(o).name == "weights.sha256.json":
+            return res(o).parent
+    return None

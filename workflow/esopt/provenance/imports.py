@@ -1,0 +1,129 @@
+"""The code a command runs: the esopt modules it imports, transitively, read from the source.
+
+A command's code files are what Snakemake lists as a job's `code` input, so editing one
+reruns exactly the jobs that run it. They are derived here, never written by hand:
+
+- every `import esopt.X` / `from esopt.X import Y` anywhere in a module (function bodies
+  too: most commands import lazily), relative imports resolved; `from P import Y` counts
+  the module P.Y when Y is one;
+- the `__init__.py` of every package on the way (importing esopt.a.b runs esopt/a/__init__);
+- a string literal that names an esopt module ("esopt.envs.math", for importlib) or a file
+  beside the module ("run_aco_tsp.py", a script shipped into the sandbox by path).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import esopt
+
+PACKAGE_DIR = Path(esopt.__file__).resolve().parent
+_MODULE_NAME = re.compile(r"esopt(\.\w+)+")
+_SIBLING_FILE = re.compile(r"\w+\.py")
+
+
+def module_file(name: str) -> Path | None:
+    """esopt.a.b -> .../esopt/a/b.py or .../esopt/a/b/__init__.py (None: not a module of esopt)."""
+    parts = name.split(".")
+    if parts[0] != "esopt":
+        return None
+    base = PACKAGE_DIR.joinpath(*parts[1:])
+    for f in (base.with_suffix(".py"), base / "__init__.py"):
+        if f.is_file():
+            return f
+    return None
+
+
+def module_name(path: str | Path) -> str:
+    """The dotted name of a file of the package (…/esopt/a/__init__.py -> esopt.a)."""
+    rel = Path(path).resolve().relative_to(PACKAGE_DIR).with_suffix("")
+    parts = [p for p in rel.parts if p != "__init__"]
+    return ".".join(["esopt", *parts])
+
+
+def all_modules() -> list[str]:
+    """Every module of the package, sorted."""
+    return sorted(module_name(f) for f in PACKAGE_DIR.rglob("*.py") if "__pycache__" not in f.parts)
+
+
+def _with_parents(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def _resolve(node: ast.ImportFrom, current: str, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = current.split(".") if is_package else current.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _source_of(path: Path) -> str:
+    if path.suffix == ".ipynb":  # a notebook: its code cells, shell and magic lines left out
+        cells = json.loads(path.read_text())["cells"]
+        lines = [ln for c in cells if c["cell_type"] == "code" for ln in "".join(c["source"]).splitlines()]
+        return "\n".join(ln for ln in lines if not ln.lstrip().startswith(("%", "!")))
+    return path.read_text()
+
+
+def direct_dependencies(path: Path, name: str | None = None) -> tuple[set[str], set[Path]]:
+    """(esopt modules, sibling files) that one source file (a module or a notebook) names."""
+    is_package = path.name == "__init__.py"
+    current = name or (module_name(path) if path.suffix == ".py" else "")
+    modules: set[str] = set()
+    files: set[Path] = set()
+    for node in ast.walk(ast.parse(_source_of(path), str(path))):
+        if isinstance(node, ast.Import):
+            modules.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(node, current, is_package)
+            modules.add(base)
+            modules.update(f"{base}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if _MODULE_NAME.fullmatch(node.value):
+                modules.add(node.value)
+            elif _SIBLING_FILE.fullmatch(node.value) and (path.parent / node.value).is_file():
+                files.add((path.parent / node.value).resolve())
+    found = {m for n in modules for m in _with_parents(n) if module_file(m) is not None}
+    return found, files
+
+
+@lru_cache(maxsize=None)
+def _closure(name: str) -> frozenset[Path]:
+    seen: set[str] = set()
+    files: set[Path] = set()
+    todo = [name]
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        f = module_file(m)
+        files.add(f.resolve())
+        mods, extra = direct_dependencies(f, m)
+        files |= extra
+        todo += sorted(mods - seen)
+    return frozenset(files)
+
+
+def code_files(*sources: str | Path) -> list[Path]:
+    """Every file of the package that the given modules (dotted names) or source files
+    (a notebook) import, transitively, themselves included; sorted."""
+    out: set[Path] = set()
+    for src in sources:
+        if isinstance(src, Path) or not _MODULE_NAME.fullmatch(str(src)):
+            path = Path(src).resolve()
+            mods, extra = direct_dependencies(path)
+            out |= extra
+            for m in mods:
+                out |= _closure(m)
+        else:
+            if module_file(str(src)) is None:
+                raise ValueError(f"{src}: not a module of esopt (looked under {PACKAGE_DIR})")
+            out |= _closure(str(src))
+    return sorted(out)

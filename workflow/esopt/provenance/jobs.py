@@ -1,0 +1,171 @@
+"""The one map of what each job depends on: its config sections and its code.
+
+Every pipeline job runs one `esopt` command. For each command this module says
+
+- `settings(command, config, **keys)`: the config sections its result depends on. The
+  Snakemake rules pass exactly this as their `settings` param (a change reruns the job),
+  and `esopt audit` compares exactly this between a record's config and the config file
+  now (a change elsewhere is a note). The grid lists (horizons, seeds, populations, the
+  other es.variants, population_study, rl.methods, reference numbers) are wildcards or
+  targets, not settings, so growing the grid reruns nothing already done; `distributed`
+  changes no result.
+- `code_files(command)`: the files of the package the command imports, transitively
+  (esopt.provenance.imports), which the rules list as the job's `code` input.
+
+The keys name what one job of a command is (its horizon, variant, benchmark, ...). The
+rules give them from their wildcards; the audit reads them from the record's argv
+(`record_keys`), under the command-line flag each key is given with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from esopt.config import (
+    ES_GRID_KEYS,
+    ahd_budget,
+    es_settings,
+    model_spec,
+    rl_settings,
+    section,
+    sudoku_settings,
+    tool_data_spec,
+    tool_episode_settings,
+    tool_es_settings,
+    tool_grpo_settings,
+    without,
+)
+from esopt.provenance.imports import code_files as _imported_files
+
+Config = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One command: what its result depends on in the config, given its keys."""
+
+    what: str  # the sections, in words (for the audit's messages)
+    view: Callable[..., dict[str, Any]]  # (config, **keys) -> the sections
+    flags: dict[str, str] = field(default_factory=dict)  # key -> command-line flag; a flag without value is a bool
+
+
+def _train_agent(c: Config, method: str, benchmark: str) -> dict[str, Any]:
+    ta = section(c, "tool_agents")
+    if method == "grpo":
+        return {"rl": without(tool_grpo_settings(c), ("ppo",)), "episode": tool_episode_settings(c)}
+    out = {"es": tool_es_settings(c, benchmark), "episode": tool_episode_settings(c)}
+    if "trace2skill" in method:
+        out["trace2skill"] = ta.get("trace2skill")
+    return out
+
+
+def _search_heuristics(c: Config, task: str, search: str, budget: int | str, es: bool) -> dict[str, Any]:
+    a = section(c, "ahd")
+    out = {k: a.get(k) for k in ("response", "writer", "test_seed", "evaluation")}
+    out["task"] = (a.get("tasks") or {}).get(task)
+    out["budget"] = ahd_budget(c, budget)
+    if search == "eoh":
+        out["eoh"] = a.get("eoh")
+    if es:
+        out["es"] = a.get("es")
+    return out
+
+
+def _build_model(c: Config, name: str | None = None, probe: bool = False) -> dict[str, Any]:
+    if probe:  # random weights of memory.probe's architecture, cast to model.dtype
+        return {"memory": {"probe": section(c, "memory").get("probe")},
+                "model": {"dtype": section(c, "model").get("dtype")}}
+    return {"model": model_spec(c, name), "sudoku": sudoku_settings(c), "agent": section(c, "agent")}
+
+
+JOBS: dict[str, Job] = {
+    "build-model": Job("the model (or memory.probe and model.dtype), sudoku (not horizons), agent",
+                       _build_model, {"name": "--name", "probe": "--probe"}),
+    "train-es": Job("es as run at H* (and its variant), sudoku (not horizons), agent",
+                    lambda c, horizon, variant=None: {"es": es_settings(c, int(horizon), variant or None),
+                                                      "sudoku": sudoku_settings(c), "agent": section(c, "agent")},
+                    {"horizon": "--horizon", "variant": "--variant"}),
+    "train-rl": Job("rl (not methods, seeds), sudoku (not horizons), agent",
+                    lambda c: {"rl": rl_settings(c), "sudoku": sudoku_settings(c), "agent": section(c, "agent")}),
+    "evaluate": Job("evaluate, sudoku (not horizons), agent",
+                    lambda c: {"evaluate": section(c, "evaluate"), "sudoku": sudoku_settings(c),
+                               "agent": section(c, "agent")}),
+    "memory": Job("memory, sudoku (not horizons), rl (not methods, seeds), es (not the grid), agent",
+                  lambda c: {"memory": section(c, "memory"), "sudoku": sudoku_settings(c), "rl": rl_settings(c),
+                             "es": without(section(c, "es"), ES_GRID_KEYS), "agent": section(c, "agent")}),
+    "prepare-data": Job("tool_agents.benchmarks.B's set (and ocr for DocVQA)",
+                        lambda c, benchmark, set: {"set": tool_data_spec(c, benchmark, set),
+                                                   "ocr": section(c, "tool_agents").get("ocr")
+                                                   if benchmark == "docvqa" else None},
+                        {"benchmark": "--benchmark", "set": "--set"}),
+    "build-tool-model": Job("tool_agents.model and the episode settings",
+                            lambda c: {"model": section(c, "tool_agents").get("model"),
+                                       "episode": tool_episode_settings(c)}),
+    "train-agent": Job("the method's tool_agents settings on the benchmark, the episode settings",
+                       _train_agent, {"method": "--method", "benchmark": "--benchmark"}),
+    "evaluate-agent": Job("tool_agents.evaluate and the episode settings",
+                          lambda c: {"evaluate": section(c, "tool_agents").get("evaluate"),
+                                     "episode": tool_episode_settings(c)}),
+    "build-ahd-model": Job("ahd.model, the task names, ahd.response, ahd.eoh.parents_e",
+                           lambda c: {"model": section(c, "ahd").get("model"),
+                                      "tasks": list(section(c, "ahd").get("tasks") or {}),
+                                      "response": section(c, "ahd").get("response"),
+                                      "parents_e": section(c, "ahd").get("eoh", {}).get("parents_e")}),
+    "search-heuristics": Job("ahd settings of the task, search and budget (and ahd.es with --es)",
+                             _search_heuristics,
+                             {"task": "--task", "search": "--search", "budget": "--budget", "es": "--es"}),
+}
+BOOL_FLAGS = {"probe", "es"}
+
+
+def settings(command: str, config: Config, **keys: Any) -> dict[str, Any]:
+    """The config sections one job of `command` depends on (see the module doc)."""
+    if command not in JOBS:
+        raise KeyError(f"{command!r} is not a pipeline command (known: {', '.join(JOBS)})")
+    return JOBS[command].view(config, **keys)
+
+
+def _arg(argv: list[str], flag: str) -> str | None:
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def record_keys(record: dict[str, Any]) -> dict[str, Any]:
+    """A record's job keys: the record's own field of that name where the command writes
+    one (train-agent's method and benchmark, ...), else the flag in the argv it ran with;
+    keys found in neither are left out."""
+    job = JOBS[record["command"]]
+    argv = [str(a) for a in record.get("argv") or []]
+    keys: dict[str, Any] = {}
+    for key, flag in job.flags.items():
+        if key in record and not isinstance(record[key], dict):
+            keys[key] = record[key]
+        elif key in BOOL_FLAGS:
+            keys[key] = flag in argv
+        elif (v := _arg(argv, flag)) is not None:
+            keys[key] = v
+    return keys
+
+
+def record_settings(record: dict[str, Any], config: Config) -> dict[str, Any]:
+    """What `settings` gives for the job a record describes, on another config."""
+    return settings(record["command"], config, **record_keys(record))
+
+
+def command_module(command: str) -> str:
+    """`esopt NAME` runs esopt.cli.NAME_WITH_UNDERSCORES."""
+    return "esopt.cli." + command.replace("-", "_")
+
+
+def code_files(command: str) -> list[str]:
+    """The package files `esopt COMMAND` imports (transitively), as the rules list them;
+    a notebook path (notebooks/NAME.ipynb) for a report job."""
+    source: str | Path = Path(command) if command.endswith(".ipynb") else command_module(command)
+    return [str(f) for f in _imported_files(source)]

@@ -1,0 +1,357 @@
+"""The checks of one provenance record (see esopt.provenance.audit for the list)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from esopt.config import ConfigError, config_sha256, load_config
+from esopt.io import sha256_file
+from esopt.provenance import jobs
+from esopt.provenance.find import (
+    AuditError,
+    _abs,
+    _arg,
+    _model_dir_of_build,
+    _read_record,
+    display_path,
+    infer_root,
+    is_provenance_file,
+)
+
+DEFAULT_MAX_REPLAY_PARAMS = 50_000_000
+REPLAY_MODES = ("auto", "always", "never")
+REQUIRED_KEYS = ("command", "config", "config_sha256", "inputs", "outputs")
+SYMBOL = {"ok": "✓", "fail": "✗", "skip": "-", "note": "·"}
+
+
+@dataclass
+class Check:
+    name: str  # record, config-hash, config-file, input, output, ...
+    target: str  # the path the check is about, as the record names it
+    status: str  # ok | fail | skip | note
+    detail: str = ""
+    record: str = ""  # the provenance file the check belongs to
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "fail"
+
+    def line(self) -> str:
+        return f"  {SYMBOL[self.status]} {self.name:<13} {self.target}" + (f": {self.detail}" if self.detail else "")
+
+
+@dataclass
+class AuditReport:
+    target: str
+    records: list[str] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if c.status == "fail"]
+
+    @property
+    def first_failure(self) -> Check | None:
+        return next(iter(self.failures), None)
+
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(SYMBOL, 0)
+        for c in self.checks:
+            out[c.status] += 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        first = self.first_failure
+        return {"target": self.target, "ok": self.ok, "records": self.records, "counts": self.counts(),
+                "first_failure": asdict(first) if first else None,
+                "checks": [asdict(c) | {"ok": c.ok} for c in self.checks]}
+
+
+def _val(v: Any, width: int = 40) -> str:
+    s = json.dumps(v)
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def config_differences(recorded: Any, current: Any, path: tuple = ()) -> list[tuple[tuple, str]]:
+    """(key path, message) wherever two configs differ, with both values (long ones cut)."""
+    key = ".".join(map(str, path)) or "(config)"
+    if isinstance(recorded, dict) and isinstance(current, dict):
+        out = []
+        for k in sorted(set(recorded) | set(current), key=str):
+            if k not in current:
+                out.append(((*path, k), f"{key + '.' if path else ''}{k} removed (was {_val(recorded[k])})"))
+            elif k not in recorded:
+                out.append(((*path, k), f"{key + '.' if path else ''}{k} added ({_val(current[k])})"))
+            else:
+                out += config_differences(recorded[k], current[k], (*path, k))
+        return out
+    if recorded != current:
+        return [(path, f"{key}: recorded {_val(recorded)}, now {_val(current)}")]
+    return []
+
+
+def config_diff(recorded: Any, current: Any) -> list[str]:
+    """Dotted keys where two configs differ, with both values."""
+    return [msg for _, msg in config_differences(recorded, current)]
+
+
+def _is_set_in(raw: Any, path: tuple) -> bool:
+    """Whether a YAML mapping spells out the key at `path` (rather than leaving it to a default)."""
+    for k in path:
+        if not isinstance(raw, dict) or k not in raw:
+            return False
+        raw = raw[k]
+    return True
+
+
+def _run_horizon(rec: dict[str, Any]) -> int | None:
+    argv, wc = rec.get("argv") or [], rec.get("wildcards") or {}
+    for h in (_arg(argv, "--horizon"), wc.get("horizon") if isinstance(wc, dict) else None):
+        try:
+            return int(h)
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
+def depends_on(rec: dict[str, Any]) -> tuple[str, Callable[[dict[str, Any]], Any]] | None:
+    """The config sections a result depends on (esopt.provenance.jobs, the map the rules'
+    params come from): (what, view) where view(config) is those sections, or None (not a
+    pipeline command: the whole config counts). A config the view cannot read (a section
+    missing) shows as a message in place of the sections."""
+    if rec.get("command") not in jobs.JOBS:
+        return None
+
+    def view(c: dict[str, Any]) -> Any:
+        try:
+            return jobs.record_settings(rec, c)
+        except (ConfigError, KeyError, TypeError, ValueError, AttributeError) as e:
+            return f"(not in the config: {str(e).splitlines()[0]})"
+
+    keys = jobs.record_keys(rec)
+    shown = ", ".join(f"{k} {v}" for k, v in keys.items() if v not in (None, False))
+    return jobs.JOBS[rec["command"]].what + (f"; for {shown}" if shown else ""), view
+
+
+def _short(h: str | None) -> str:
+    return (h or "none")[:12]
+
+
+def current_git() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+# ---------------------------------------------------------------- the auditor
+
+
+class RecordChecks:
+    """Everything the Auditor checks of a record but its weights (esopt.provenance.weights)."""
+
+    def __init__(self, root: str | os.PathLike | None = None, replay: str = "auto",
+                 max_replay_params: int = DEFAULT_MAX_REPLAY_PARAMS,
+                 on_check: Callable[[Check], None] | None = None):
+        if replay not in REPLAY_MODES:
+            raise AuditError(f"replay={replay!r}: expected one of {REPLAY_MODES}")
+        self.root = _abs(root) if root is not None else None
+        if self.root is not None and not self.root.is_dir():
+            raise AuditError(f"--root {root}: not a directory")
+        self.replay = replay
+        self.max_replay_params = max_replay_params
+        self.on_check = on_check
+        self._hashes: dict[Path, tuple[int, int, str]] = {}
+        self._git = current_git()
+
+    # -- plumbing
+
+    def _emit(self, out: list[Check], check: Check) -> None:
+        out.append(check)
+        if self.on_check:
+            self.on_check(check)
+
+    def sha256(self, path: Path) -> str:
+        st = path.stat()
+        hit = self._hashes.get(path)
+        if hit and hit[:2] == (st.st_size, st.st_mtime_ns):
+            return hit[2]
+        h = sha256_file(path)
+        self._hashes[path] = (st.st_size, st.st_mtime_ns, h)
+        return h
+
+    def _hash_check(self, name: str, shown: str, path: Path, want: Any, rec_path: str) -> Check:
+        if not isinstance(want, str):
+            return Check(name, shown, "fail", f"recorded hash is not a string: {want!r}", rec_path)
+        if not path.is_file():
+            return Check(name, shown, "fail", f"missing (looked for {path}; recorded sha256 {_short(want)})", rec_path)
+        got = self.sha256(path)
+        if got != want:
+            return Check(name, shown, "fail", f"sha256 recorded {_short(want)}, now {_short(got)}", rec_path)
+        return Check(name, shown, "ok", "", rec_path)
+
+    # -- one record
+
+    def audit_record(self, prov: Path) -> list[Check]:
+        prov = _abs(prov)
+        rp = display_path(prov)
+        out: list[Check] = []
+        emit = lambda c: self._emit(out, c)
+        rec = _read_record(prov)
+        if rec is None:
+            emit(Check("record", rp, "fail", "not a JSON object (unreadable or corrupted)", rp))
+            return out
+        missing = [k for k in REQUIRED_KEYS if k not in rec]
+        if missing or not isinstance(rec["inputs"], dict) or not isinstance(rec["outputs"], dict):
+            emit(Check("record", rp, "fail", f"not a provenance record (missing or malformed: {', '.join(missing) or 'inputs/outputs'})", rp))
+            return out
+        base = self.root or infer_root(prov, rec) or Path.cwd()
+        res = lambda p: _abs(p if Path(p).is_absolute() else base / p)
+        emit(Check("record", rp, "ok", f"{rec['command']}, paths relative to {base}", rp))
+
+        # config: the record agrees with itself, then with the file it names
+        got = config_sha256(rec["config"]) if isinstance(rec["config"], dict) else None
+        if got != rec["config_sha256"]:
+            emit(Check("config-hash", rp, "fail",
+                       f"config_sha256 recorded {_short(rec['config_sha256'])}, recorded config hashes to {_short(got)}", rp))
+        else:
+            emit(Check("config-hash", rp, "ok", _short(got), rp))
+        cp = rec.get("config_path")
+        config_ok = False  # the config file resolves as recorded in the sections this result depends on
+        if not cp:
+            if str(rec["command"]).startswith("notebook:"):
+                emit(Check("config-file", "(none)", "note", "a report: its settings are the notebook parameters "
+                           "the record holds (params); its inputs carry their own records", rp))
+            else:
+                emit(Check("config-file", "(none)", "skip", "the record names no config file", rp))
+        elif not res(cp).is_file():
+            emit(Check("config-file", cp, "fail", f"missing (looked for {res(cp)})", rp))
+        else:
+            try:
+                current = load_config(res(cp))
+            except ConfigError as e:
+                emit(Check("config-file", cp, "fail", f"does not load now: {str(e).splitlines()[0]}", rp))
+            else:
+                config_ok = self._config_file_checks(rec, cp, res, current, emit, rp)
+
+        # files
+        for p, want in rec["inputs"].items():
+            c = self._hash_check("input", p, res(p), want, rp)
+            if c.status == "fail" and cp and config_ok and res(p) == res(cp) and res(p).is_file():
+                c = Check("input", p, "note", c.detail + ": the file changed, but not in the sections this result "
+                          "depends on (see config-file)", rp)
+            emit(c)
+        for p, want in rec["inputs"].items():
+            if is_provenance_file(Path(p)) and res(p).is_file() and self.sha256(res(p)) == want:
+                c = self._chain_check(rec, p, res, rp)
+                if c is not None:
+                    emit(c)
+        for p, want in rec["outputs"].items():
+            emit(self._hash_check("output", p, res(p), want, rp))
+        model_dir = _model_dir_of_build(rec, res)
+        if model_dir is not None:
+            outs = {res(o): h for o, h in rec["outputs"].items()}
+            for f, want in rec["weights_sha256"].items():
+                shown = str(Path(_arg(rec.get("argv") or [], "--out") or model_dir) / f)
+                if model_dir / f in outs:  # re-hashed as an output above; the record must agree with itself
+                    if outs[model_dir / f] != want:
+                        emit(Check("model-weights", shown, "fail", f"the record disagrees with itself: outputs "
+                                   f"{_short(outs[model_dir / f])}, weights_sha256 {_short(want)}", rp))
+                    continue
+                emit(self._hash_check("model-weights", shown, model_dir / f, want, rp))
+
+        # weights: ES history, replay, saved model
+        if rec["command"] in ("train-es", "train-rl") or (rec["command"] == "search-heuristics" and rec.get("es")):
+            lacking = [k for k in ("base_weights_sha256", "final_weights_sha256") if not isinstance(rec.get(k), str)]
+            if lacking:
+                emit(Check("history" if rec["command"] == "train-es" else "saved-weights", rp, "fail",
+                           f"a {rec['command']} record without {' and '.join(lacking)}: nothing to check the weights against", rp))
+            else:
+                for c in self.weight_checks(rec, res, rp):
+                    emit(c)
+
+        # code: a note, never a failure (code moves on; the record says which code made the result)
+        g = rec.get("git") or {}
+        if g.get("commit"):
+            now = "the same commit" if g["commit"] == self._git else f"now {_short(self._git)}"
+            emit(Check("code", "git", "note", f"made by {_short(g['commit'])}{' (dirty tree)' if g.get('dirty') else ''}, {now}", rp))
+        return out
+
+    def _config_file_checks(self, rec: dict[str, Any], cp: str, res: Callable[[str], Path],
+                            current: dict[str, Any], emit: Callable[[Check], None], rp: str) -> bool:
+        """config-file: the file now against the recorded config (see the module doc).
+        True when the sections the result depends on resolve as recorded."""
+        path = res(cp)
+        found = config_differences(rec["config"], current)
+        recorded_bytes = next((h for q, h in rec["inputs"].items() if res(q) == path), None)
+        unchanged = recorded_bytes == self.sha256(path)
+        raw = yaml.safe_load(path.read_text())
+        listed = lambda msgs: "; ".join(msgs[:5]) + (f" (+{len(msgs) - 5} more)" if len(msgs) > 5 else "")
+        if unchanged:
+            # the file is byte for byte what the run read: every difference comes from how
+            # it resolves, the code's defaults (a note) or a record that contradicts it (a failure)
+            spelled = [msg for k, msg in found if _is_set_in(raw, k)]
+            if spelled:
+                emit(Check("config-file", cp, "fail", "the recorded config contradicts the file it names "
+                           "(which is unchanged): " + listed(spelled), rp))
+                return False
+            if found:
+                emit(Check("config-file", cp, "note", "file unchanged, but the current schema fills its defaults "
+                           "differently (code changed since the run): " + listed([m for _, m in found]), rp))
+            else:
+                emit(Check("config-file", cp, "ok", "resolves to the recorded config", rp))
+            return True
+        # the file changed: any difference in what the result depends on is a rerun for the
+        # pipeline (its params changed), whether the file or the schema's defaults made it
+        dep = depends_on(rec)
+        if dep is None:
+            what, relevant = "the whole config", found
+        else:
+            what, view = dep
+            relevant = config_differences(view(rec["config"]), view(current))
+        if relevant:
+            emit(Check("config-file", cp, "fail", "differs from the recorded config: " + listed([m for _, m in relevant])
+                       + (f" (in what {rec['command']} depends on: {what})" if dep else ""), rp))
+            return False
+        elif found:
+            keys = list(dict.fromkeys(".".join(map(str, k)) or "(config)" for k, _ in found))
+            emit(Check("config-file", cp, "note", "config changed in sections this result does not depend on: "
+                       + ", ".join(keys[:8]) + (f" (+{len(keys) - 8} more)" if len(keys) > 8 else ""), rp))
+        else:
+            emit(Check("config-file", cp, "ok", "resolves to the recorded config", rp))
+        return True
+
+    def _chain_check(self, rec: dict[str, Any], p: str, res: Callable[[str], Path], rp: str) -> Check | None:
+        """An input that is another record: the files it produced, as this record hashed them."""
+        up_path = res(p)
+        up = _read_record(up_path)
+        if up is None or not isinstance(up.get("outputs"), dict):
+            return Check("chain", p, "fail", "the upstream record is not a provenance record", rp)
+        up_base = self.root or infer_root(up_path, up) or Path.cwd()
+        up_res = lambda q: _abs(q if Path(q).is_absolute() else up_base / q)
+        made = {up_res(q): h for q, h in up["outputs"].items()}
+        model_dir = _model_dir_of_build(up, up_res)
+        if model_dir is not None:
+            made |= {model_dir / f: h for f, h in up["weights_sha256"].items()}
+        mine = {res(q): h for q, h in rec["inputs"].items()}
+        shared = sorted(made.keys() & mine.keys())
+        if not shared:
+            return None
+        bad = [display_path(f) for f in shared if made[f] != mine[f]]
+        if bad:
+            return Check("chain", p, "fail", f"{len(bad)} of {len(shared)} files differ from what {up.get('command')} "
+                         f"produced: {', '.join(bad[:3])}" + (" …" if len(bad) > 3 else ""), rp)
+        return Check("chain", p, "ok", f"{len(shared)} input files are what {up.get('command')} produced", rp)
