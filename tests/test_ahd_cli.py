@@ -81,7 +81,7 @@ def test_audit_replays_the_writers_online_updates_and_catches_tampering(setup, t
         cfg_path.write_text(yaml.safe_dump(cfg))
         capsys.readouterr()
         assert audit.main([str(out), "--no-replay"]) == 1
-        assert "ahd settings of construct_tsp / eoh / budget 16 + ES" in capsys.readouterr().out
+        assert "ahd settings of the task, search and budget (and ahd.es with --es); for task construct_tsp, search eoh, budget 16, es" in capsys.readouterr().out
     finally:
         cfg_path.write_text(saved)
     result = out / "result.json"

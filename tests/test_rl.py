@@ -116,7 +116,7 @@ def test_token_cap_truncates_and_counts_as_failure(smoke):
     capped = episodes(model, tok, None, n=2, max_turns=4, max_total_tokens=cap)
     for t in capped:
         assert t.num_turns == 1 and sum(len(s["ids"]) for s in t.sequences()) <= cap
-        assert t.truncated and t.reward == 0.0 and not t.info["solved"]
+        assert t.truncated and t.reward == 0.0 and not t.info["success"]
 
 
 def _fixed_batch(model, tok, n, group):

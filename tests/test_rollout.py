@@ -34,7 +34,7 @@ def test_rollout_records_every_turn_and_never_crashes_on_model_output(smoke_mode
     for tr in trajs:
         assert tr.done and 1 <= tr.num_turns <= 5
         assert tr.info["turns"] == tr.num_turns
-        assert tr.reward in (0.0, 1.0) and tr.reward == float(tr.info["solved"])
+        assert tr.reward in (0.0, 1.0) and tr.reward == float(tr.info["success"])
 
 
 def test_same_seed_same_episodes_and_batch_size_does_not_matter_for_sampling_seed(smoke_model):

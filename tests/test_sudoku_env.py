@@ -69,7 +69,7 @@ def test_expert_solves_known_puzzle_in_exactly_blanks_turns_with_reward_one():
     assert env.reset(EASY) == render(EASY.puzzle, 4)
     reward, info = play_expert(env, EASY)
     assert reward == 1.0
-    assert info["solved"] and info["turns"] == EASY.blanks == info["placed"]
+    assert info["success"] and info["turns"] == EASY.blanks == info["placed"]
     assert info["blanks_left"] == 0 and env.board == SOLUTION
     assert info["invalid_actions"] == info["illegal_actions"] == 0
 
@@ -102,7 +102,7 @@ def test_budget_exhaustion_ends_episode_with_reward_zero():
     _, r2, d2, info = env.step("r2c3=1")
     assert (r1, d1) == (0.0, False)
     assert (r2, d2) == (0.0, True)
-    assert not info["solved"] and info["placed"] == 2 and info["blanks_left"] == 2
+    assert not info["success"] and info["placed"] == 2 and info["blanks_left"] == 2
 
 
 def test_shaped_reward_is_fraction_of_blanks_correctly_filled():
@@ -185,7 +185,7 @@ def test_accepted_placement_feedback_and_cumulative_info():
     assert obs.splitlines()[-1] == "placed r1c2=2"
     assert env.board == "12" + SPARSE.puzzle[2:]
     assert info == {
-        "solved": False,
+        "success": False,
         "turns": 3,
         "invalid_actions": 1,
         "illegal_actions": 1,

@@ -100,3 +100,10 @@ class ReActEnv:
                     0.0, False, self._info({}))
         self.counts["tool_calls"] += 1
         return self.tools[name](arg, self.task), 0.0, False, self._info({})
+
+
+def make_react_env(benchmark: str, tools: Sequence[Tool], max_tool_calls: int | None) -> ReActEnv:
+    """A fresh environment of a tool benchmark (esopt.envs.benchmarks) in the ReAct protocol."""
+    from esopt.envs.benchmarks import env_class
+
+    return ReActEnv(env_class(benchmark)(), tools, max_tool_calls)

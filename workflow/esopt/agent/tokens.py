@@ -151,7 +151,7 @@ def token_rollout(
                 continue
             if max_total_tokens is not None and total[i] + len(pending[i]) + sampling.max_new_tokens > max_total_tokens:
                 tr.done, tr.truncated = True, True
-                tr.info = {**tr.info, "truncated": True, "solved": False}
+                tr.info = {**tr.info, "truncated": True, "success": False}
                 continue
             active.append(i)
         if not active:

@@ -7,13 +7,16 @@ the start". Expressions are trees of features, constants, + - * /, sqrt and squa
 this module draws random ones and applies the four EoH operators syntactically, so
 the warm start teaches what e1 (a new form), e2 (a combination), m1 (a structural
 change) and m2 (new constants) look like. Which expressions are *good* the model does
-not learn here: that is left to the search and to ES.
+not learn here: that is left to the search and to ES. `demonstrations` gives the warm
+start's transcripts (a prompt of every task and operator, a random expression as reply).
 """
 
 from __future__ import annotations
 
 import random
 from typing import Sequence, Union
+
+from esopt.seeding import derive_seed
 
 CONSTANTS = ("0.1", "0.2", "0.5", "1", "2", "3", "5")
 BINARY = ("+", "-", "*", "/")
@@ -149,3 +152,31 @@ def child(op: str, parents: Sequence[Expr], features: Sequence[str], rng: random
         if size(c) <= max_size and to_text(c) not in texts and _has_feature(c, features):
             return c
     return random_expression(features, rng)
+
+
+# ---------------------------------------------------------------- the tiny writer's warm start
+
+OPERATORS = ("i1", "e1", "e2", "m1", "m2")
+
+
+def demonstrations(task_names, per_task: int, parents_e: int, seed: int) -> list[list[dict[str, str]]]:
+    """Chat transcripts (user prompt, assistant expression) for every task and operator."""
+    from esopt.ahd.prompts import Candidate, TaskPrompt
+    from esopt.ahd.tasks import make_task
+
+    out = []
+    for name in task_names:
+        task = make_task(name)
+        tp = TaskPrompt.from_task(task, "expression")
+        feats = list(task.features)
+        rng = random.Random(derive_seed("ahd-demos", name, seed))
+        for j in range(per_task):
+            op = OPERATORS[j % len(OPERATORS)]
+            n = {"i1": 0, "m1": 1, "m2": 1}.get(op, parents_e)
+            parents = [random_expression(feats, rng) for _ in range(n)]
+            shown = [Candidate(id=i, operator="i1", thought=to_text(p), code=task.expression_code(to_text(p)))
+                     for i, p in enumerate(parents)]
+            reply = to_text(child(op, parents, feats, rng))
+            out.append([{"role": "user", "content": tp.build(op, shown)}, {"role": "assistant", "content": reply}])
+    random.Random(derive_seed("ahd-demo-order", seed)).shuffle(out)
+    return out

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
 from pathlib import Path
 
 import torch
 
 from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
-from esopt.io import atomic_path, write_json_atomic
 from esopt.provenance.record import Provenance
 
 log = logging.getLogger("esopt.build_tool_model")
@@ -26,11 +24,8 @@ log = logging.getLogger("esopt.build_tool_model")
 def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config, args.threads)
     from esopt.eval.tool_episodes import load_tasks, make_tools, system_prompt
-    from esopt.models.hub import weight_hashes
-    from esopt.models.load import load_model_and_tokenizer
-    from esopt.models.tiny import build_tiny_model
-    from esopt.models.tokenizer import train_tokenizer
-    from esopt.models.tool_warmstart import SFTSettings, demonstrations, supervised_fine_tune
+    from esopt.models.build import build_tiny, publish_model, sft_settings
+    from esopt.models.demonstrations.tools import demonstrations
 
     ta = cfg.get("tool_agents") or {}
     m = ta.get("model")
@@ -53,25 +48,9 @@ def main_fn(args: argparse.Namespace) -> int:
         transcripts += list(demonstrations(bench, tasks, tools, system_prompt(bench, tools), w["mistake_prob"],
                                            w["seed"], ta.get("history_turns")))
     log.info("%d demonstration turns", len(transcripts))
-    corpus = ["".join(f"{x['role']}\n{x['content']}\n" for x in t) for t in transcripts]
-    tok = train_tokenizer(corpus, m["tiny"]["vocab_size"])
-    model = build_tiny_model(m["tiny"], tok, seed=m["tiny"].get("seed", 0)).float()
+    model, stats = build_tiny(m, transcripts, sft_settings(w, "tool-sft-order"), out, what="tiny tool model")
     params = sum(p.numel() for p in model.parameters())
-    log.info("tiny tool model: %d parameters", params)
-    stats = supervised_fine_tune(model, tok, transcripts, SFTSettings(w["steps"], w["batch_size"], w["lr"], w["seed"]))
-    model = model.to(getattr(torch, m["dtype"]))
-    if out.exists():
-        shutil.rmtree(out)
-    with atomic_path(out) as tmp:
-        tmp.unlink()
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        load_model_and_tokenizer(tmp)  # what every rule will do; fail here, not later
-    hashes = weight_hashes(out)
-    write_json_atomic(out / "weights.sha256.json", hashes)
-    prov.write(out / "provenance.json", outputs=[out],
-               extra={"model": {"name": m["name"], "parameters": params, "warmstart": stats}, "weights_sha256": hashes})
-    log.info("tool model ready at %s", out)
+    publish_model(out, prov, {"model": {"name": m["name"], "parameters": params, "warmstart": stats}})
     return 0
 
 

@@ -45,7 +45,7 @@ def make_prompt_optimizer(cfg: dict, benchmark: str, seed: int, model_dir: str):
     """Trace2Skill with the configured analyst. A policy analyst is a frozen copy of
     the base model, so its proposals do not depend on where ES has moved the weights
     (and a resumed run proposes exactly what an uninterrupted one did)."""
-    from esopt.eval.tool_episodes import task_instructions
+    from esopt.envs.benchmarks import instructions
     from esopt.prompt.analyst import make_analyst
     from esopt.prompt.trace2skill import Trace2Skill
 
@@ -59,7 +59,7 @@ def make_prompt_optimizer(cfg: dict, benchmark: str, seed: int, model_dir: str):
     analyst = make_analyst(spec, model=model, tokenizer=tok)
     return Trace2Skill(analyst, success_traces=t["success_traces"], failure_traces=t["failure_traces"],
                        max_edits_per_trace=t["max_edits_per_trace"], max_items=t["max_items"], seed=seed,
-                       task_description=task_instructions(benchmark))
+                       task_description=instructions(benchmark))
 
 
 class PromptState:
@@ -199,10 +199,11 @@ def run_trace2skill(args, cfg, model, tok, tools, train, spec, traj_dir: Path, p
 
 
 def run_grpo(args, cfg, tok, model_dir, tools, train, benchmark, resume_dir: Path, traj_dir: Path):
+    from esopt.agent.react import make_react_env
     from esopt.agent.rollout import Sampling, kept_steps, write_trajectories
     from esopt.agent.tokens import token_rollout
     from esopt.config import tool_grpo_settings
-    from esopt.eval.tool_episodes import make_env, sample_batch, system_prompt
+    from esopt.eval.tool_episodes import sample_batch, system_prompt
     from esopt.models.load import load_model_and_tokenizer
     from esopt.rl.trainer import RLConfig, RLTrainer
 
@@ -218,12 +219,10 @@ def run_grpo(args, cfg, tok, model_dir, tools, train, benchmark, resume_dir: Pat
 
     def rollout_fn(policy_, task_seed, sampling_seed, group, counters):
         tasks = [t for t in sample_batch(train, rcfg.tasks_per_step, task_seed) for _ in range(group)]
-        trajs = token_rollout(policy_, tok, lambda: make_env(benchmark, tools, ta.get("max_tool_calls")), tasks,
+        trajs = token_rollout(policy_, tok, lambda: make_react_env(benchmark, tools, ta.get("max_tool_calls")), tasks,
                               system=system, sampling=sampling, seed=sampling_seed, max_turns=ta["max_turns"],
                               history_turns=ta.get("history_turns"), max_total_tokens=rl["max_total_tokens"],
                               batch_size=rl["batch_size"], counters=counters)
-        for tr in trajs:  # the RL trainer's success rate reads `solved`
-            tr.info = {**tr.info, "solved": bool(tr.info.get("success"))}
         if step_of["t"] in keep:
             write_trajectories(traj_dir / f"step{step_of['t']:04d}.jsonl", trajs[: 4 * group], step=step_of["t"])
         return trajs

@@ -340,7 +340,7 @@ class SudokuEnv:
             # only correct digits are ever placed, so placed/blanks is the fraction filled correctly
             reward = float(solved) if self.reward == "success" else self._placed / self._task.blanks
         info = {
-            "solved": solved,
+            "success": solved,
             "turns": self._turns,
             "invalid_actions": self._invalid,
             "illegal_actions": self._illegal,

@@ -49,7 +49,7 @@ def run_episodes(model, tokenizer, spec: EpisodeSpec, n: int, seed: int, split: 
 def summarize(trajs: list[Trajectory]) -> dict[str, Any]:
     """Success rate with its binomial standard error, and how the episodes went."""
     n = len(trajs)
-    solved = [bool(t.info.get("solved")) for t in trajs]
+    solved = [bool(t.info.get("success")) for t in trajs]
     p = sum(solved) / n
     return {
         "episodes": n,

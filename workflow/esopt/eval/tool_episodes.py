@@ -9,7 +9,6 @@ correct math answer, ANLS for DocVQA.
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import os
@@ -19,30 +18,13 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
-from esopt.agent.react import ReActEnv, tool_instructions
+from esopt.agent.react import make_react_env, tool_instructions
 from esopt.agent.rollout import Sampling, Trajectory, rollout
 from esopt.agent.tools import Tool
+from esopt.envs.benchmarks import check, instructions, task_class
 from esopt.io import write_text_atomic
 
-# benchmark -> (its module, its task class, its environment class); the module is named in
-# full so that the pipeline sees it as imported (esopt.provenance.imports)
-_CLASSES = {"math": ("esopt.envs.math", "MathTask", "MathEnv"), "docvqa": ("esopt.envs.docvqa", "DocTask", "DocVQAEnv")}
-BENCHMARKS = tuple(_CLASSES)
 TASKS_FILE = "tasks.jsonl"
-
-
-def _check(benchmark: str) -> None:
-    if benchmark not in BENCHMARKS:
-        raise ValueError(f"benchmark {benchmark!r}: expected one of {BENCHMARKS}")
-
-
-def _env_module(benchmark: str):
-    _check(benchmark)
-    return importlib.import_module(_CLASSES[benchmark][0])
-
-
-def task_class(benchmark: str):
-    return getattr(_env_module(benchmark), _CLASSES[benchmark][1])
 
 
 def write_tasks(data_dir: str | os.PathLike, tasks: Sequence[Any]) -> Path:
@@ -110,21 +92,12 @@ def make_tools(cfg: dict[str, Any], benchmark: str, data_dir: str | os.PathLike 
     return tools
 
 
-def task_instructions(benchmark: str) -> str:
-    return _env_module(benchmark).instructions()
-
-
 def system_prompt(benchmark: str, tools: Sequence[Tool], skill: str = "") -> str:
     """Task instructions, tool documentation, then the skill document (if any)."""
-    parts = [task_instructions(benchmark), tool_instructions(tools)]
+    parts = [instructions(benchmark), tool_instructions(tools)]
     if skill.strip():
         parts.append(skill.strip())
     return "\n\n".join(parts)
-
-
-def make_env(benchmark: str, tools: Sequence[Tool], max_tool_calls: int | None) -> ReActEnv:
-    env = getattr(_env_module(benchmark), _CLASSES[benchmark][2])()
-    return ReActEnv(env, tools, max_tool_calls)
 
 
 @dataclass(frozen=True)
@@ -141,7 +114,7 @@ class ToolEpisodeSpec:
     @classmethod
     def from_config(cls, cfg: dict[str, Any], benchmark: str, decoding: str,
                     batch_size: int | None = None) -> "ToolEpisodeSpec":
-        _check(benchmark)
+        check(benchmark)
         ta = cfg["tool_agents"]
         s = ta["sampling"]
         sampling = Sampling.from_profile(s, ta["max_new_tokens"], do_sample=decoding == "sample")
@@ -153,7 +126,7 @@ def run_tool_episodes(model, tokenizer, spec: ToolEpisodeSpec, tools: Sequence[T
                       seed: int, skill: str = "", counters: dict[str, int] | None = None) -> list[Trajectory]:
     """One ReAct episode per task with the model as it is now; `seed` fixes sampling."""
     return rollout(
-        model, tokenizer, lambda: make_env(spec.benchmark, tools, spec.max_tool_calls), tasks,
+        model, tokenizer, lambda: make_react_env(spec.benchmark, tools, spec.max_tool_calls), tasks,
         system=system_prompt(spec.benchmark, tools, skill), sampling=spec.sampling, seed=seed,
         max_turns=spec.max_turns, history_turns=spec.history_turns, batch_size=spec.batch_size, counters=counters,
     )

@@ -36,7 +36,8 @@ Simplifications against the original Trace2Skill:
 - the analyst may be the policy model itself (PolicyAnalyst: a tiny model writes
   mostly malformed edits, which are counted and dropped) or any OpenAI-compatible
   server (OpenAIAnalyst);
-- a trajectory counts as successful when info["success"] or info["solved"] is true
+- a trajectory counts as successful when info["success"] is true (every environment
+  reports it: esopt.envs) or its reward is positive
   or its reward is positive (override with is_success).
 """
 
@@ -92,7 +93,7 @@ STAT_KEYS = ("traces", "successes", "failures", "proposed", "malformed", "over_c
 
 def default_is_success(traj: Trajectory) -> bool:
     info = traj.info or {}
-    return bool(info.get("success") or info.get("solved") or traj.reward > 0)
+    return bool(info.get("success") or traj.reward > 0)
 
 
 def _clip(text: str, n: int) -> str:
@@ -130,7 +131,7 @@ def render_trace(traj: Trajectory, success: bool, max_chars: int = 2000) -> str:
     lines.append(TRACE_END)
     outcome = f"Outcome: {'SUCCESS' if success else 'FAILURE'} (reward {traj.reward:g}, {len(traj.turns)} turn(s))"
     details = [f"{k}={_clip(str(v), 60)}" for k, v in (traj.info or {}).items()
-               if k not in ("success", "solved") and isinstance(v, (str, int, float, bool)) and str(v).strip()][:6]
+               if k != "success" and isinstance(v, (str, int, float, bool)) and str(v).strip()][:6]
     if details:
         outcome += "\nDetails: " + "; ".join(details)
     lines.append(outcome)

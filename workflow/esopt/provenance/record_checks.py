@@ -141,7 +141,7 @@ def depends_on(rec: dict[str, Any]) -> tuple[str, Callable[[dict[str, Any]], Any
             return f"(not in the config: {str(e).splitlines()[0]})"
 
     keys = jobs.record_keys(rec)
-    shown = ", ".join(f"{k} {v}" for k, v in keys.items() if v not in (None, False))
+    shown = ", ".join(k if v is True else f"{k} {v}" for k, v in keys.items() if v not in (None, False))
     return jobs.JOBS[rec["command"]].what + (f"; for {shown}" if shown else ""), view
 
 

@@ -1,1 +1,1 @@
-"""Tables, figures and provenance records."""
+"""Tables and figures of the results (drawn by the notebooks in notebooks/)."""

@@ -329,7 +329,7 @@ class RLTrainer:
                 for k, v in st_sum.items():
                     stats.setdefault(k, []).append(v)
         self.policy.eval()
-        solved = [bool(tr.info.get("solved")) for tr in trajs]
+        solved = [bool(tr.info.get("success")) for tr in trajs]
         n = len(trajs)
         rec = {
             "step": t, "episodes": n, "mean_reward": sum(tr.reward for tr in trajs) / n, "success_rate": sum(solved) / n,

@@ -1,8 +1,8 @@
-"""Expert ReAct demonstrations for the tool benchmarks, and the supervised warm start on them.
+"""Expert ReAct demonstrations for the tool benchmarks (the tiny tool model's warm start,
+esopt.models.sft).
 
-This stands in for pretraining at tiny scale, as the Sudoku warm start does
-(esopt.models.warmstart): a few hundred steps on expert episodes leave the tiny model
-partly competent, so ES and GRPO have a signal to improve. The expert runs the real
+A few hundred steps on expert episodes leave the tiny model partly competent, so ES
+and GRPO have a signal to improve. The expert runs the real
 tools: a math demonstration's observation is what the sandbox printed, a DocVQA
 one's is what OCR read (tasks whose answer OCR did not read verbatim are left out, so
 the model never learns to answer what it could not see). With `mistake_prob` an
@@ -14,26 +14,16 @@ from __future__ import annotations
 
 import logging
 import random
-import statistics
-from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-import torch
 from tqdm.auto import tqdm
 
+from esopt.agent.react import make_react_env
 from esopt.agent.rollout import Trajectory, Turn, build_messages
 from esopt.agent.tools import Tool
 from esopt.seeding import derive_seed
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SFTSettings:
-    steps: int
-    batch_size: int
-    lr: float
-    seed: int
 
 
 def expert_actions(benchmark: str, task: Any, tools: Sequence[Tool]) -> list[str]:
@@ -72,12 +62,10 @@ def demonstrations(benchmark: str, tasks: Sequence[Any], tools: Sequence[Tool], 
                    mistake_prob: float, seed: int, history_turns: int | None = None,
                    progress: bool = True) -> Iterator[list[dict[str, str]]]:
     """Chat transcripts ending in an expert reply, along expert episodes of the real tools."""
-    from esopt.eval.tool_episodes import make_env
-
     rng = random.Random(derive_seed("tool-demos", benchmark, seed))
     kept = 0
     for task in tqdm(tasks, desc=f"{benchmark} demonstrations", disable=not progress):
-        env = make_env(benchmark, tools, None)
+        env = make_react_env(benchmark, tools, None)
         traj = Trajectory(getattr(task, "id", ""), system, env.reset(task))
         transcripts = []
         for action in expert_actions(benchmark, task, tools):
@@ -99,39 +87,3 @@ def demonstrations(benchmark: str, tasks: Sequence[Any], tools: Sequence[Tool], 
         kept += 1
         yield from transcripts
     log.info("%s: %d of %d expert episodes kept", benchmark, kept, len(tasks))
-
-
-def supervised_fine_tune(model, tokenizer, transcripts: Sequence[list[dict[str, str]]], s: SFTSettings,
-                         progress: bool = True) -> dict[str, Any]:
-    """AdamW on the final assistant reply of each transcript (linear warm-up and decay),
-    the recipe of esopt.models.warmstart."""
-    from esopt.models.warmstart import encode
-
-    examples = [encode(tokenizer, t) for t in transcripts]
-    if not examples:
-        raise ValueError("no demonstrations to fine-tune on")
-    gen = torch.Generator().manual_seed(derive_seed("tool-sft-order", s.seed))
-    opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min(1.0, (k + 1) / 50) * max(0.0, 1 - k / s.steps))
-    pad = tokenizer.pad_token_id
-    model.train()
-    losses: list[float] = []
-    bar = tqdm(range(s.steps), desc="tool warm start", disable=not progress)
-    for step in bar:
-        batch = [examples[i] for i in torch.randint(len(examples), (s.batch_size,), generator=gen).tolist()]
-        width = max(len(ids) for ids, _ in batch)
-        ids = torch.tensor([i + [pad] * (width - len(i)) for i, _ in batch])  # right padding
-        labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
-        attn = (torch.arange(width)[None, :] < torch.tensor([len(i) for i, _ in batch])[:, None]).long()
-        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-        if step % 20 == 0:
-            bar.set_postfix(loss=f"{statistics.fmean(losses[-20:]):.3f}")
-    model.eval()
-    return {"examples": len(examples), "final_loss": statistics.fmean(losses[-50:])}
-

@@ -1,0 +1,98 @@
+"""The one model builder: a tiny model warm-started on demonstrations, or a staged hub model.
+
+tiny:   a tokenizer trained on the demonstrations, a Qwen3.5-architecture model from the
+        spec's `tiny` block, supervised warm start (esopt.models.sft), cast to the spec's
+        dtype, saved atomically and loaded back as every rule will load it.
+hub:    a snapshot at the pinned revision (esopt.models.hub).
+local:  a pre-staged directory (`local_path`), linked file by file.
+Every model directory then gets weights.sha256.json and its provenance record.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from esopt.io import atomic_path, write_json_atomic
+from esopt.models.hub import download_snapshot, weight_hashes
+from esopt.models.load import load_model_and_tokenizer
+from esopt.models.sft import SFTSettings, Transcript, supervised_fine_tune
+from esopt.models.tiny import build_tiny_model
+from esopt.models.tokenizer import train_tokenizer
+from esopt.provenance.record import Provenance
+
+log = logging.getLogger(__name__)
+
+STAGED_ASIDE = ("provenance.json", "weights.sha256.json")  # a staged directory's own records are not linked
+
+
+def sft_settings(warmstart: dict[str, Any], order_key: str = "sft-order") -> SFTSettings:
+    """A model's warmstart block: steps, batch_size, lr, seed."""
+    return SFTSettings(warmstart["steps"], warmstart["batch_size"], warmstart["lr"], warmstart["seed"], order_key)
+
+
+def build_tiny(spec: dict[str, Any], transcripts: Sequence[Transcript], sft: SFTSettings, out: str | Path,
+               what: str = "tiny model") -> tuple[torch.nn.Module, dict[str, Any]]:
+    """The tiny model of `spec` (model.tiny, dtype) warm-started on `transcripts`, saved at
+    `out`; returns the model and the warm start's stats (examples, final_loss)."""
+    out = Path(out)
+    # The tokenizer learns from the transcripts as the chat template lays them out
+    # (special tokens aside), so role names and the system prompt become few tokens.
+    corpus = ["".join(f"{x['role']}\n{x['content']}\n" for x in t) for t in transcripts]
+    tok = train_tokenizer(corpus, spec["tiny"]["vocab_size"])
+    model = build_tiny_model(spec["tiny"], tok, seed=spec["tiny"].get("seed", 0)).float()
+    log.info("%s: %d parameters, layers %s", what, sum(p.numel() for p in model.parameters()), spec["tiny"]["layer_types"])
+    stats = supervised_fine_tune(model, tok, transcripts, sft, desc=f"{what} warm start")
+    model = model.to(getattr(torch, spec["dtype"]))
+    save_model(model, tok, out)
+    return model, stats
+
+
+def save_model(model, tokenizer, out: str | Path) -> None:
+    """save_pretrained atomically (replacing `out`), then load it back as every rule will."""
+    out = Path(out)
+    if out.exists():
+        shutil.rmtree(out)
+    with atomic_path(out) as tmp:
+        tmp.unlink()
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        load_model_and_tokenizer(tmp)  # fail here, not in the first job that loads it
+
+
+def stage(spec: dict[str, Any], out: str | Path, prov: Provenance, where: str = "model") -> dict[str, Any]:
+    """A hub model at `out`: its local_path linked file by file, else a snapshot at the
+    pinned revision. Returns what the record says of its source."""
+    out = Path(out)
+    if out.exists():
+        shutil.rmtree(out)
+    local = spec.get("local_path")
+    if local:  # pre-staged weights stay where they are
+        src = Path(local).expanduser().resolve()
+        if not (src / "config.json").exists():
+            raise FileNotFoundError(f"{where}.local_path {src} holds no config.json (expected a from_pretrained directory)")
+        out.mkdir(parents=True)
+        for f in src.iterdir():
+            if f.name not in STAGED_ASIDE:
+                (out / f.name).symlink_to(f)
+        prov.inputs.append(str(src))
+        return {"name": spec["name"], "source": str(src)}
+    hub = spec.get("hub") or {}
+    if not hub.get("repo_id") or not hub.get("revision"):
+        raise ValueError(f"{where} with source: hub needs hub.repo_id and hub.revision (or a local_path)")
+    download_snapshot(hub["repo_id"], hub["revision"], out)
+    return {"name": spec["name"], "repo_id": hub["repo_id"], "revision": hub["revision"]}
+
+
+def publish_model(out: str | Path, prov: Provenance, extra: dict[str, Any]) -> dict[str, str]:
+    """weights.sha256.json beside the weights, then the provenance record (last)."""
+    out = Path(out)
+    hashes = weight_hashes(out)
+    write_json_atomic(out / "weights.sha256.json", hashes)
+    prov.write(out / "provenance.json", outputs=[out], extra={**extra, "weights_sha256": hashes})
+    log.info("model ready at %s", out)
+    return hashes

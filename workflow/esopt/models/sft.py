@@ -1,0 +1,78 @@
+"""Supervised fine-tuning on chat transcripts: the warm start of every tiny model.
+
+This stands in for pretraining at tiny scale: a short run on expert demonstrations
+(esopt.models.demonstrations: Sudoku moves, ReAct tool episodes; the heuristic writer's
+in esopt.ahd.writer) leaves the model partly competent, so ES and RL have a signal.
+Only the final assistant reply of each transcript is learned.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from esopt.seeding import derive_seed
+
+log = logging.getLogger(__name__)
+
+Transcript = list[dict[str, str]]  # chat messages, the last one the assistant reply to learn
+
+
+@dataclass(frozen=True)
+class SFTSettings:
+    steps: int
+    batch_size: int
+    lr: float
+    seed: int
+    order_key: str = "sft-order"  # names the stream that orders the batches (seeded)
+
+
+def encode(tokenizer, transcript: Transcript) -> tuple[list[int], list[int]]:
+    """Token ids and labels; only the final assistant reply (and its <|im_end|>) is learned.
+
+    The prompt is tokenized exactly as at generation time and the reply appended as
+    its own tokens, so training never sees a merge across the boundary."""
+    prompt = tokenizer.apply_chat_template(transcript[:-1], tokenize=False, add_generation_prompt=True)
+    p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    reply = tokenizer(transcript[-1]["content"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return p_ids + reply, [-100] * len(p_ids) + reply
+
+
+def supervised_fine_tune(model, tokenizer, transcripts: Sequence[Transcript], s: SFTSettings, desc: str = "warm start",
+                         progress: bool = True) -> dict[str, Any]:
+    """AdamW on the final reply of each transcript, batches drawn with replacement in a
+    seeded order, linear warm-up over 50 steps then linear decay to 0, gradients clipped at 1."""
+    examples = [encode(tokenizer, t) for t in transcripts]
+    if not examples:
+        raise ValueError("no demonstrations to fine-tune on")
+    log.info("%s on %d demonstrations", desc, len(examples))
+    gen = torch.Generator().manual_seed(derive_seed(s.order_key, s.seed))
+    opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min(1.0, (k + 1) / 50) * max(0.0, 1 - k / s.steps))
+    pad = tokenizer.pad_token_id
+    model.train()
+    losses: list[float] = []
+    bar = tqdm(range(s.steps), desc=desc, disable=not progress)
+    for step in bar:
+        batch = [examples[i] for i in torch.randint(len(examples), (s.batch_size,), generator=gen).tolist()]
+        width = max(len(ids) for ids, _ in batch)
+        # right padding: positions start at 0 as in an unpadded sequence
+        ids = torch.tensor([i + [pad] * (width - len(i)) for i, _ in batch])
+        labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
+        attn = (torch.arange(width)[None, :] < torch.tensor([len(i) for i, _ in batch])[:, None]).long()
+        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{statistics.fmean(losses[-20:]):.3f}")
+    model.eval()
+    return {"examples": len(examples), "final_loss": statistics.fmean(losses[-50:])}
