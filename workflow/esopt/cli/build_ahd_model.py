@@ -23,10 +23,11 @@ from esopt.provenance.record import Provenance
 
 log = logging.getLogger("esopt.build_ahd_model")
 
+
 def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config, args.threads)
     from esopt.ahd.writer import demonstrations
-    from esopt.models.build import build_tiny, publish_model, sft_settings, stage
+    from esopt.models.build import build_tiny, hash_weights, sft_settings, stage
 
     a = cfg.get("ahd") or {}
     m = a.get("model")
@@ -36,19 +37,22 @@ def main_fn(args: argparse.Namespace) -> int:
     if m["source"] != "tiny":  # an instruction-tuned hub writer (paper: an 8B-class model)
         prov = Provenance("build-ahd-model", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                           inputs=[args.config])
-        publish_model(out, prov, {"model": stage(m, out, prov, where="ahd.model")})
-        return 0
-    w = m["warmstart"]
-    if w.get("threads") and not args.threads:
-        torch.set_num_threads(w["threads"])
-    prov = Provenance("build-ahd-model", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
-                      seeds={"warmstart": w["seed"]}, inputs=[args.config])
-    transcripts = demonstrations(list(a["tasks"]), w["examples_per_task"], a["eoh"]["parents_e"], w["seed"])
-    log.info("%d demonstrations; e.g.\n%s\n-> %s", len(transcripts), transcripts[0][0]["content"],
-             transcripts[0][1]["content"])
-    model, stats = build_tiny(m, transcripts, sft_settings(w, "tool-sft-order"), out, what="tiny heuristic writer")
-    params = sum(p.numel() for p in model.parameters())
-    publish_model(out, prov, {"model": {"name": m["name"], "parameters": params, "warmstart": stats}})
+        extra, staged = stage(m, out, where="ahd.model")
+        prov.inputs += staged
+    else:
+        w = m["warmstart"]
+        if w.get("threads") and not args.threads:
+            torch.set_num_threads(w["threads"])
+        prov = Provenance("build-ahd-model", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
+                          seeds={"warmstart": w["seed"]}, inputs=[args.config])
+        transcripts = demonstrations(list(a["tasks"]), w["examples_per_task"], a["eoh"]["parents_e"], w["seed"])
+        log.info("%d demonstrations; e.g.\n%s\n-> %s", len(transcripts), transcripts[0][0]["content"],
+                 transcripts[0][1]["content"])
+        model, stats = build_tiny(m, transcripts, sft_settings(w, "tool-sft-order"), out, what="tiny heuristic writer")
+        extra = {"name": m["name"], "parameters": sum(p.numel() for p in model.parameters()), "warmstart": stats}
+    hashes = hash_weights(out)
+    prov.write(out / "provenance.json", outputs=[out], extra={"model": extra, "weights_sha256": hashes})
+    log.info("heuristic writer ready at %s", out)
     return 0
 
 

@@ -64,7 +64,7 @@ def main_fn(args: argparse.Namespace) -> int:
         prov.write(out / "provenance.json", outputs=[out], extra={"model": extra})
         return 0
     from esopt.config import model_spec
-    from esopt.models.build import publish_model, stage
+    from esopt.models.build import hash_weights, stage
 
     m = model_spec(cfg, args.name)
     ws_threads = m.get("warmstart", {}).get("threads")
@@ -75,8 +75,11 @@ def main_fn(args: argparse.Namespace) -> int:
     if m["source"] == "tiny":
         extra = {"name": m["name"], "warmstart": build_tiny(cfg, m, out)}
     else:
-        extra = stage(m, out, prov)
-    publish_model(out, prov, {"model": extra})
+        extra, staged = stage(m, out)
+        prov.inputs += staged
+    hashes = hash_weights(out)
+    prov.write(out / "provenance.json", outputs=[out], extra={"model": extra, "weights_sha256": hashes})
+    log.info("model ready at %s", out)
     return 0
 
 

@@ -24,7 +24,7 @@ log = logging.getLogger("esopt.build_tool_model")
 def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config, args.threads)
     from esopt.eval.tool_episodes import load_tasks, make_tools, system_prompt
-    from esopt.models.build import build_tiny, publish_model, sft_settings
+    from esopt.models.build import build_tiny, hash_weights, sft_settings
     from esopt.models.demonstrations.tools import demonstrations
 
     ta = cfg.get("tool_agents") or {}
@@ -50,7 +50,10 @@ def main_fn(args: argparse.Namespace) -> int:
     log.info("%d demonstration turns", len(transcripts))
     model, stats = build_tiny(m, transcripts, sft_settings(w, "tool-sft-order"), out, what="tiny tool model")
     params = sum(p.numel() for p in model.parameters())
-    publish_model(out, prov, {"model": {"name": m["name"], "parameters": params, "warmstart": stats}})
+    hashes = hash_weights(out)
+    prov.write(out / "provenance.json", outputs=[out],
+               extra={"model": {"name": m["name"], "parameters": params, "warmstart": stats}, "weights_sha256": hashes})
+    log.info("tool model ready at %s", out)
     return 0
 
 

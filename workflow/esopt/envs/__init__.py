@@ -4,9 +4,11 @@ Interface (esopt.agent.rollout.TextEnv): `reset(task) -> observation`, then
 `step(action text) -> (observation, reward, done, info)` until done. Model output is
 untrusted: a malformed action gets feedback in the observation, never an exception.
 
-Episode result: the info of the last step holds `success` (bool: the task is solved,
-or answered well enough: math exactly, DocVQA at ANLS >= 0.5) and `invalid_actions`;
-the reward is the score the methods optimize. Rollouts, ES fitness, the RL trainers,
+Episode result: when an episode ends in the environment, the info of its last step
+holds `success` (bool: the task is solved, or answered well enough: math exactly,
+DocVQA at ANLS >= 0.5); an episode the rollout cuts at its turn or token budget is
+unsuccessful (`info.get("success", False)`). Every info holds `invalid_actions`; the
+reward is the score the methods optimize. Rollouts, ES fitness, the RL trainers,
 Trace2Skill and the reports read only these. Each benchmark adds its own keys
 (Sudoku: turns, placed, blanks_left; math: answer, gold; DocVQA: anls, answer).
 

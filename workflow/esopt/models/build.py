@@ -5,7 +5,8 @@ tiny:   a tokenizer trained on the demonstrations, a Qwen3.5-architecture model 
         dtype, saved atomically and loaded back as every rule will load it.
 hub:    a snapshot at the pinned revision (esopt.models.hub).
 local:  a pre-staged directory (`local_path`), linked file by file.
-Every model directory then gets weights.sha256.json and its provenance record.
+Every model directory then gets weights.sha256.json (`hash_weights`) beside its
+provenance record, which the command writes last.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from esopt.models.load import load_model_and_tokenizer
 from esopt.models.sft import SFTSettings, Transcript, supervised_fine_tune
 from esopt.models.tiny import build_tiny_model
 from esopt.models.tokenizer import train_tokenizer
-from esopt.provenance.record import Provenance
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +64,10 @@ def save_model(model, tokenizer, out: str | Path) -> None:
         load_model_and_tokenizer(tmp)  # fail here, not in the first job that loads it
 
 
-def stage(spec: dict[str, Any], out: str | Path, prov: Provenance, where: str = "model") -> dict[str, Any]:
+def stage(spec: dict[str, Any], out: str | Path, where: str = "model") -> tuple[dict[str, Any], list[str]]:
     """A hub model at `out`: its local_path linked file by file, else a snapshot at the
-    pinned revision. Returns what the record says of its source."""
+    pinned revision. Returns what the record says of its source, and the directories it
+    read (inputs of the record)."""
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)
@@ -79,20 +80,16 @@ def stage(spec: dict[str, Any], out: str | Path, prov: Provenance, where: str = 
         for f in src.iterdir():
             if f.name not in STAGED_ASIDE:
                 (out / f.name).symlink_to(f)
-        prov.inputs.append(str(src))
-        return {"name": spec["name"], "source": str(src)}
+        return {"name": spec["name"], "source": str(src)}, [str(src)]
     hub = spec.get("hub") or {}
     if not hub.get("repo_id") or not hub.get("revision"):
         raise ValueError(f"{where} with source: hub needs hub.repo_id and hub.revision (or a local_path)")
     download_snapshot(hub["repo_id"], hub["revision"], out)
-    return {"name": spec["name"], "repo_id": hub["repo_id"], "revision": hub["revision"]}
+    return {"name": spec["name"], "repo_id": hub["repo_id"], "revision": hub["revision"]}, []
 
 
-def publish_model(out: str | Path, prov: Provenance, extra: dict[str, Any]) -> dict[str, str]:
-    """weights.sha256.json beside the weights, then the provenance record (last)."""
-    out = Path(out)
+def hash_weights(out: str | Path) -> dict[str, str]:
+    """weights.sha256.json beside the weights: sha256 of every weight file."""
     hashes = weight_hashes(out)
-    write_json_atomic(out / "weights.sha256.json", hashes)
-    prov.write(out / "provenance.json", outputs=[out], extra={**extra, "weights_sha256": hashes})
-    log.info("model ready at %s", out)
+    write_json_atomic(Path(out) / "weights.sha256.json", hashes)
     return hashes

@@ -1,0 +1,12 @@
+"""Provenance: which code, config, inputs, seeds and machine made each result, and checking it.
+
+record    the provenance.json every command writes beside its results (Provenance)
+run_dir   a training run's directory: .resume/ while running, outputs published
+          atomically, the record last (RunDir)
+imports   the package files a command runs, derived from its imports
+jobs      the one map of what each job depends on (config sections, code), imported by
+          the Snakemake rules and by `esopt audit`
+find      finding records and the paths they name
+record_checks, weights, audit
+          `esopt audit`: re-hash, re-check the config, replay ES histories bit for bit
+"""
