@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from esopt.cli import build_tool_model, evaluate_agent, prepare_data, train_agent
+from esopt.eval import tool_training
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -120,18 +121,18 @@ def test_coevolution_uses_the_es_rollouts_and_no_more(setup, tmp_path, monkeypat
 
 def test_coevolution_killed_between_es_and_skill_updates_resumes_exactly(setup, tmp_path, monkeypatch):
     assert train(setup, "esopt_trace2skill", tmp_path / "whole") == 0
-    real = train_agent.PromptState.update
+    real = tool_training.PromptState.update
 
     def dies_at_generation_1(self, t, trajs, **extra):
         if t == 1:
             raise KeyboardInterrupt("killed after the ES history of generation 1 was written")
         return real(self, t, trajs, **extra)
 
-    monkeypatch.setattr(train_agent.PromptState, "update", dies_at_generation_1)
+    monkeypatch.setattr(tool_training.PromptState, "update", dies_at_generation_1)
     with pytest.raises(KeyboardInterrupt):
         train(setup, "esopt_trace2skill", tmp_path / "killed")
     assert (tmp_path / "killed/.resume/history.json").exists()
-    monkeypatch.setattr(train_agent.PromptState, "update", real)
+    monkeypatch.setattr(tool_training.PromptState, "update", real)
     assert train(setup, "esopt_trace2skill", tmp_path / "killed") == 0
     for f in ("history.json", "skill.md", "skill_history.jsonl", "model/model.safetensors"):
         a, b = tmp_path / "whole" / f, tmp_path / "killed" / f

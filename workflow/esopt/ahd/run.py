@@ -173,9 +173,9 @@ class HeuristicSearchRun:
         return replies
 
     def step(self) -> None:
+        from esopt.ahd.prompts import parse_reply
         from esopt.es.history import GenerationRecord
         from esopt.es.normalize import normalize_rewards
-        from esopt.ahd.prompts import parse_reply
 
         start = time.perf_counter()
         requests = self.search.next_batch()[: self.budget - self.used]

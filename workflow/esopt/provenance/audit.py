@@ -38,20 +38,8 @@ code          note only: the recorded git commit (and dirty flag) against the ch
 Report records (command "notebook:NAME", written by the figure notebooks beside their
 table as TABLE.provenance.json) hold no config: their inputs and outputs are re-hashed.
 
-Weight checks (esopt.provenance.weights) load models on the CPU; the replay runs on the device type the run's
-weights lived on (the record's model_device; older records: a GPU whenever one was
-visible). ES noise is drawn per device type: a GPU run is replayed on a GPU, and
-skipped with a message where there is none, with the run's torch thread count.
-Models with more than `max_replay_params` parameters skip the weight checks with a
-message (run `esopt replay` where the model fits); small ones are compared bit for
-bit, no tolerance.
-
-Recorded paths are relative to the directory the command ran in (the pipeline's
-working directory). They are resolved (1) as they are when absolute, else (2) against
-`root` when given, else (3) against the directory that, joined with the recorded
-output paths, gives the files beside the provenance file (so a results/ tree audits
-from anywhere, and a moved tree still finds its own outputs), else (4) against the
-current directory.
+Weight checks and replays: esopt.provenance.weights. How recorded paths are resolved:
+esopt.provenance.find.
 """
 
 

@@ -125,7 +125,8 @@ def find_records(path: str | os.PathLike, root: Path | None = None) -> list[Path
 
 
 
-def _arg(argv: list[str], flag: str) -> str | None:
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """The value given to a command-line flag in a record's argv (`--flag V` or `--flag=V`)."""
     for i, a in enumerate(argv):
         if a == flag and i + 1 < len(argv):
             return argv[i + 1]
@@ -137,7 +138,7 @@ def _arg(argv: list[str], flag: str) -> str | None:
 def _model_dir_of_build(rec: dict[str, Any], res: Callable[[str], Path]) -> Path | None:
     if rec.get("command") != "build-model" or not isinstance(rec.get("weights_sha256"), dict):
         return None
-    out = _arg(rec.get("argv") or [], "--out")
+    out = flag_value(rec.get("argv") or [], "--out")
     if out:
         return res(out)
     for o in rec.get("outputs") or {}:

@@ -38,6 +38,7 @@ from esopt.config import (
     tool_grpo_settings,
     without,
 )
+from esopt.provenance.find import flag_value
 from esopt.provenance.imports import code_files as _imported_files
 
 Config = dict[str, Any]
@@ -128,15 +129,6 @@ def settings(command: str, config: Config, **keys: Any) -> dict[str, Any]:
     return JOBS[command].view(config, **keys)
 
 
-def _arg(argv: list[str], flag: str) -> str | None:
-    for i, a in enumerate(argv):
-        if a == flag and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith(flag + "="):
-            return a.split("=", 1)[1]
-    return None
-
-
 def record_keys(record: dict[str, Any]) -> dict[str, Any]:
     """A record's job keys: the record's own field of that name where the command writes
     one (train-agent's method and benchmark, ...), else the flag in the argv it ran with;
@@ -149,7 +141,7 @@ def record_keys(record: dict[str, Any]) -> dict[str, Any]:
             keys[key] = record[key]
         elif key in BOOL_FLAGS:
             keys[key] = flag in argv
-        elif (v := _arg(argv, flag)) is not None:
+        elif (v := flag_value(argv, flag)) is not None:
             keys[key] = v
     return keys
 
@@ -165,7 +157,10 @@ def command_module(command: str) -> str:
 
 
 def code_files(command: str) -> list[str]:
-    """The package files `esopt COMMAND` imports (transitively), as the rules list them;
-    a notebook path (notebooks/NAME.ipynb) for a report job."""
-    source: str | Path = Path(command) if command.endswith(".ipynb") else command_module(command)
-    return [str(f) for f in _imported_files(source)]
+    """The package files `esopt COMMAND` imports (transitively, from the `esopt` entry point
+    esopt.cli.main on), as the rules list them; for a report job, given the notebook's
+    path (notebooks/NAME.ipynb), the files its cells import."""
+    if command.endswith(".ipynb"):
+        return [str(f) for f in _imported_files(Path(command))]
+    entry_point = command_module("main")  # esopt.cli.main, which every `esopt NAME` runs first
+    return [str(f) for f in _imported_files(entry_point, command_module(command))]

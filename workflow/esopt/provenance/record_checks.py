@@ -18,10 +18,10 @@ from esopt.provenance import jobs
 from esopt.provenance.find import (
     AuditError,
     _abs,
-    _arg,
     _model_dir_of_build,
     _read_record,
     display_path,
+    flag_value,
     infer_root,
     is_provenance_file,
 )
@@ -118,7 +118,7 @@ def _is_set_in(raw: Any, path: tuple) -> bool:
 
 def _run_horizon(rec: dict[str, Any]) -> int | None:
     argv, wc = rec.get("argv") or [], rec.get("wildcards") or {}
-    for h in (_arg(argv, "--horizon"), wc.get("horizon") if isinstance(wc, dict) else None):
+    for h in (flag_value(argv, "--horizon"), wc.get("horizon") if isinstance(wc, dict) else None):
         try:
             return int(h)
         except (TypeError, ValueError):
@@ -265,7 +265,7 @@ class RecordChecks:
         if model_dir is not None:
             outs = {res(o): h for o, h in rec["outputs"].items()}
             for f, want in rec["weights_sha256"].items():
-                shown = str(Path(_arg(rec.get("argv") or [], "--out") or model_dir) / f)
+                shown = str(Path(flag_value(rec.get("argv") or [], "--out") or model_dir) / f)
                 if model_dir / f in outs:  # re-hashed as an output above; the record must agree with itself
                     if outs[model_dir / f] != want:
                         emit(Check("model-weights", shown, "fail", f"the record disagrees with itself: outputs "

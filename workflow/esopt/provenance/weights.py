@@ -20,7 +20,7 @@ from math import prod
 from pathlib import Path
 from typing import Any
 
-from esopt.provenance.find import _arg
+from esopt.provenance.find import flag_value
 from esopt.provenance.record_checks import Check, _run_horizon, _short
 
 log = logging.getLogger("esopt.audit")
@@ -96,7 +96,7 @@ class WeightChecks:
                 checks.append(Check("history", hist_key, "fail", f"does not load: {e}", rp))
             else:
                 bad = []
-                variant = _arg(rec.get("argv") or [], "--variant")
+                variant = flag_value(rec.get("argv") or [], "--variant")
                 want_method = f"es_{variant}" if variant else "esopt"  # esopt.cli.train_es.method_name
                 if history.run.get("method") is not None and history.run["method"] != want_method:
                     bad.append(f"method {history.run['method']!r}, the command ran {want_method!r}")
@@ -122,8 +122,8 @@ class WeightChecks:
                                     f"final_weights_sha256 {_short(rec['final_weights_sha256'])}", rp))
             elif isinstance(ws, int) and ws > 1:
                 checks.append(Check("ranks", rp, "ok", f"{ws} replicas ended at {_short(rec['final_weights_sha256'])}", rp))
-        model_arg = _arg(rec.get("argv") or [], "--model")
-        out_arg = _arg(rec.get("argv") or [], "--out")
+        model_arg = flag_value(rec.get("argv") or [], "--model")
+        out_arg = flag_value(rec.get("argv") or [], "--out")
         base_dir = res(model_arg) if model_arg else None
         saves_model = rec["command"] != "search-heuristics"  # online ES at test time keeps no model
         saved_key = str(Path(out_arg) / "model") if out_arg and saves_model else None

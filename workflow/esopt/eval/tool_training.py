@@ -1,0 +1,287 @@
+"""Training a tool agent (ReAct Math, DocVQA) by one method and seed (`esopt train-agent`).
+
+esopt              Agentic ESOpt on the weights (tool_agents.es)
+esopt_trace2skill  co-evolution: each generation's rollouts (all members, the SAME
+                   episodes the ES update uses) also feed Trace2Skill, whose skill
+                   document is in the system prompt of the next generation; no extra
+                   environment calls
+trace2skill        Trace2Skill alone on the frozen base model: each generation rolls out
+                   tool_agents.trace2skill.rollouts_per_generation episodes (ES's G x
+                   tasks_per_member) on the same task batches
+grpo               Agentic GRPO (tool_agents.grpo over rl); observations are outside the
+                   loss mask
+
+A run works in a resume directory (esopt.provenance.run_dir): a killed run resumes
+from it and ends where an uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from esopt.io import write_json_atomic
+
+log = logging.getLogger("esopt.train_agent")
+
+METHODS = ("esopt", "esopt_trace2skill", "trace2skill", "grpo")
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """Which run: the method, the benchmark and the seed."""
+
+    method: str
+    benchmark: str
+    seed: int
+
+
+@dataclass
+class ToolTraining:
+    """What a run produced: the model to save (None: the weights did not move), its
+    tokenizer, one metrics line per generation or step, the ES history, the prompt
+    optimizer's state, the RL checkpoint, and what the record adds."""
+
+    model: Any
+    tokenizer: Any
+    metrics: list[dict[str, Any]]
+    history: Any = None
+    prompt: "PromptState | None" = None
+    checkpoint: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- prompt optimizer state
+def make_prompt_optimizer(cfg: dict, benchmark: str, seed: int, model_dir: str):
+    """Trace2Skill with the configured analyst. A policy analyst is a frozen copy of
+    the base model, so its proposals do not depend on where ES has moved the weights
+    (and a resumed run proposes exactly what an uninterrupted one did)."""
+    from esopt.envs.benchmarks import instructions
+    from esopt.prompt.analyst import make_analyst
+    from esopt.prompt.trace2skill import Trace2Skill
+
+    t = cfg["tool_agents"]["trace2skill"]
+    spec = t["analyst"]
+    model = tok = None
+    if spec.get("kind", "policy") == "policy":
+        from esopt.models.load import load_model_and_tokenizer
+
+        model, tok = load_model_and_tokenizer(model_dir)
+    analyst = make_analyst(spec, model=model, tokenizer=tok)
+    return Trace2Skill(analyst, success_traces=t["success_traces"], failure_traces=t["failure_traces"],
+                       max_edits_per_trace=t["max_edits_per_trace"], max_items=t["max_items"], seed=seed,
+                       task_description=instructions(benchmark))
+
+
+class PromptState:
+    """The prompt optimizer's state after each generation, kept in DIR/.resume/prompt/,
+    and the rollouts of the generation in progress (so an update lost to a kill is redone
+    from the same episodes)."""
+
+    def __init__(self, opt, resume_dir: Path):
+        self.opt, self.dir = opt, resume_dir / "prompt"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.lines: list[dict[str, Any]] = []
+
+    def _state(self, t: int) -> Path:
+        return self.dir / f"gen{t:04d}.json"
+
+    def save_rollouts(self, t: int, member: int, trajs) -> None:
+        from esopt.agent.rollout import write_trajectories
+
+        write_trajectories(self.dir / f"rollouts{t:04d}_{member:04d}.jsonl", trajs)
+
+    def load_rollouts(self, t: int):
+        from esopt.agent.rollout import Trajectory, Turn
+
+        trajs = []
+        for f in sorted(self.dir.glob(f"rollouts{t:04d}_*.jsonl")):
+            for line in f.read_text().splitlines():
+                d = json.loads(line)
+                d = {k: v for k, v in d.items() if k in Trajectory.__dataclass_fields__}
+                d["turns"] = [Turn(**x) for x in d["turns"]]
+                trajs.append(Trajectory(**d))
+        return trajs
+
+    def update(self, t: int, trajs, **extra: Any) -> dict[str, Any]:
+        stats = self.opt.update(trajs, t)
+        line = {"generation": t, **extra, **stats, "skill": self.opt.context()}
+        write_json_atomic(self._state(t), {"generation": t, "state": self.opt.state_dict(), "lines": self.lines + [line]})
+        self.lines.append(line)
+        for f in self.dir.glob(f"rollouts{t:04d}_*.jsonl"):
+            f.unlink()
+        log.info("gen %d skill update: %s", t, stats)
+        return stats
+
+    def load(self) -> int:
+        """Restore the latest saved state; returns the generations it has seen."""
+        saved = sorted(self.dir.glob("gen*.json"))
+        if not saved:
+            return 0
+        last = json.loads(saved[-1].read_text())
+        self.opt.load_state_dict(last["state"])
+        self.lines = last["lines"]
+        return last["generation"] + 1
+
+    def catch_up(self, done: int) -> None:
+        """Bring the optimizer to its state after ES generation done-1."""
+        have = self.load()
+        if have == done - 1:  # killed between the ES history and the prompt update
+            self.update(done - 1, self.load_rollouts(done - 1))
+        elif have != done:
+            raise RuntimeError(f"{self.dir}: prompt state after {have} generations, ES history after {done}")
+
+
+# ---------------------------------------------------------------- methods
+def run_es(run: ToolRun, cfg, model, tok, tools, train, spec, resume_dir: Path, traj_dir: Path, prompt: PromptState | None):
+    from esopt.agent.rollout import kept_steps, write_trajectories
+    from esopt.config import tool_es_settings
+    from esopt.es import ESConfig, ESTrainer
+    from esopt.es.history import History, weights_sha256
+    from esopt.eval.tool_episodes import run_tool_episodes, sample_batch, summarize_tool
+
+    e = tool_es_settings(cfg, run.benchmark)
+    es_cfg = ESConfig.from_settings(e, e["population"], run.seed)
+    keep = kept_steps(es_cfg.generations)
+    history_path = resume_dir / "history.json"
+    if prompt is not None:
+        prompt.catch_up(len(History.load(history_path).generations) if history_path.exists() else 0)
+
+    def fitness(member):
+        counters: dict[str, int] = {}
+        batch = sample_batch(train, e["tasks_per_member"], member.task_seed)
+        skill = prompt.opt.context() if prompt else ""
+        trajs = run_tool_episodes(model, tok, spec, tools, batch, seed=member.task_seed, skill=skill, counters=counters)
+        if prompt is not None:
+            prompt.save_rollouts(member.generation, member.index, trajs)
+        if member.index == 0 and member.generation in keep:
+            write_trajectories(traj_dir / f"gen{member.generation:04d}.jsonl", trajs, generation=member.generation,
+                               member=0, sigma=member.sigma)
+        r = summarize_tool(trajs)
+        return r["score"], {"success": r["success"], "mean_turns": r["mean_turns"],
+                            "tool_calls": r["tool_calls_per_episode"],
+                            "generated_tokens": counters.get("generated_tokens", 0),
+                            "rollout_tokens": counters.get("prompt_tokens", 0) + counters.get("generated_tokens", 0)}
+
+    def on_generation(rec):
+        m = rec.metrics()
+        log.info("gen %d: sigma %.3g mean R %.3f max %.3f (%.1fs)", rec.generation, rec.sigma, m["mean_reward"],
+                 m["max_reward"], rec.wall_s)
+        if prompt is not None:
+            prompt.update(rec.generation, prompt.load_rollouts(rec.generation))
+
+    trainer = ESTrainer(model, es_cfg, fitness, history_path=history_path,
+                        run_info={"benchmark": run.benchmark, "method": run.method,
+                                  "base_weights_sha256": weights_sha256(model), "tasks_per_member": e["tasks_per_member"],
+                                  "episode": {"max_turns": spec.max_turns, "max_tool_calls": spec.max_tool_calls,
+                                              "sampling": vars(spec.sampling)}},
+                        on_generation=on_generation)
+    history = trainer.run()
+    history.final = {"weights_sha256": weights_sha256(model)}
+    return history, [r.metrics() for r in history.generations]
+
+
+def run_trace2skill(run: ToolRun, cfg, model, tok, tools, train, spec, traj_dir: Path, prompt: PromptState):
+    """Trace2Skill alone: the base model's episodes of each generation feed the skill."""
+    from types import SimpleNamespace
+
+    from tqdm.auto import tqdm
+
+    from esopt.agent.rollout import kept_steps, write_trajectories
+    from esopt.config import tool_es_settings
+    from esopt.es.trainer import task_seed
+    from esopt.eval.tool_episodes import run_tool_episodes, sample_batch, summarize_tool
+
+    generations = tool_es_settings(cfg, run.benchmark)["generations"]
+    n = cfg["tool_agents"]["trace2skill"]["rollouts_per_generation"]
+    keep = kept_steps(generations)
+    same_batches = SimpleNamespace(seed=run.seed)  # the task batches an ES run of this seed sees
+    done = prompt.load()
+    for t in tqdm(range(done, generations), initial=done, total=generations, desc="Trace2Skill generations"):
+        tseed = task_seed(same_batches, t)
+        trajs = run_tool_episodes(model, tok, spec, tools, sample_batch(train, n, tseed), seed=tseed,
+                                  skill=prompt.opt.context())
+        if t in keep:
+            write_trajectories(traj_dir / f"gen{t:04d}.jsonl", trajs, generation=t)
+        r = summarize_tool(trajs)
+        prompt.update(t, trajs, metrics={"generation": t, "mean_reward": r["score"], "success_rate": r["success"],
+                                         "mean_turns": r["mean_turns"]})
+    return [ln["metrics"] for ln in prompt.lines]
+
+
+def run_grpo(run: ToolRun, cfg, tok, model_dir, tools, train, benchmark, resume_dir: Path, traj_dir: Path):
+    from esopt.agent.react import make_react_env
+    from esopt.agent.rollout import Sampling, kept_steps, write_trajectories
+    from esopt.agent.tokens import token_rollout
+    from esopt.config import tool_grpo_settings
+    from esopt.eval.tool_episodes import sample_batch, system_prompt
+    from esopt.models.load import load_model_and_tokenizer
+    from esopt.rl.trainer import RLConfig, RLTrainer
+
+    ta = cfg["tool_agents"]
+    rl = tool_grpo_settings(cfg)
+    prof = ta["sampling"]
+    sampling = Sampling.from_profile(prof, ta["max_new_tokens"])
+    rcfg = RLConfig.from_settings(rl, "grpo", prof, run.seed)
+    policy, _ = load_model_and_tokenizer(model_dir, dtype=rl["dtype"])
+    system = system_prompt(benchmark, tools)
+    keep = kept_steps(rcfg.steps)
+    step_of = {"t": 0}
+
+    def rollout_fn(policy_, task_seed, sampling_seed, group, counters):
+        tasks = [t for t in sample_batch(train, rcfg.tasks_per_step, task_seed) for _ in range(group)]
+        trajs = token_rollout(policy_, tok, lambda: make_react_env(benchmark, tools, ta.get("max_tool_calls")), tasks,
+                              system=system, sampling=sampling, seed=sampling_seed, max_turns=ta["max_turns"],
+                              history_turns=ta.get("history_turns"), max_total_tokens=rl["max_total_tokens"],
+                              batch_size=rl["batch_size"], counters=counters)
+        if step_of["t"] in keep:
+            write_trajectories(traj_dir / f"step{step_of['t']:04d}.jsonl", trajs[: 4 * group], step=step_of["t"])
+        return trajs
+
+    def on_step(rec):
+        step_of["t"] = rec["step"] + 1
+        log.info("step %d: R %.3f success %.3f (%.1fs)", rec["step"], rec["mean_reward"], rec["success_rate"], rec["wall_s"])
+
+    trainer = RLTrainer(policy, rcfg, rollout_fn, pad_id=tok.pad_token_id, checkpoint_path=resume_dir / "checkpoint.pt",
+                        run_info={"benchmark": benchmark, "method": "grpo"}, on_step=on_step)
+    step_of["t"] = trainer.resume()
+    return policy, trainer.run()
+
+
+def train_tool_agent(run: ToolRun, cfg: dict, model_dir: str, data_dir: str, resume_dir: Path,
+                     traj_dir: Path) -> ToolTraining:
+    """One run of `run.method` from the base model in `model_dir` on the training set in
+    `data_dir`; progress in `resume_dir`, sampled episodes in `traj_dir`."""
+    import torch
+
+    from esopt.es.history import weights_sha256
+    from esopt.eval.tool_episodes import ToolEpisodeSpec, load_tasks, make_tools
+    from esopt.models.load import load_model_and_tokenizer
+
+    if run.method not in METHODS:
+        raise ValueError(f"--method {run.method!r}: expected one of {METHODS}")
+    ta = cfg["tool_agents"]
+    train = load_tasks(data_dir, run.benchmark)
+    tools = make_tools(cfg, run.benchmark, data_dir)
+    spec = ToolEpisodeSpec.from_config(cfg, run.benchmark, ta["es"].get("member_decoding", "sample"),
+                                       ta["evaluate"].get("batch_size", 64))
+    prompt = None
+    if "trace2skill" in run.method:
+        prompt = PromptState(make_prompt_optimizer(cfg, run.benchmark, run.seed, model_dir), resume_dir)
+    extra: dict[str, Any] = {"method": run.method, "benchmark": run.benchmark}
+    if run.method == "grpo":
+        _, tok = load_model_and_tokenizer(model_dir)
+        model, metrics = run_grpo(run, cfg, tok, model_dir, tools, train, run.benchmark, resume_dir, traj_dir)
+        model = model.to(getattr(torch, ta.get("model", {}).get("dtype") or cfg["model"]["dtype"]))
+        return ToolTraining(model, tok, metrics, checkpoint=resume_dir / "checkpoint.pt", extra=extra)
+    model, tok = load_model_and_tokenizer(model_dir)
+    extra["base_weights_sha256"] = weights_sha256(model)
+    if run.method == "trace2skill":
+        metrics = run_trace2skill(run, cfg, model, tok, tools, train, spec, traj_dir, prompt)
+        return ToolTraining(None, tok, metrics, prompt=prompt, extra=extra)  # the weights did not move
+    history, metrics = run_es(run, cfg, model, tok, tools, train, spec, resume_dir, traj_dir, prompt)
+    extra["final_weights_sha256"] = history.final["weights_sha256"]
+    return ToolTraining(model, tok, metrics, history=history, prompt=prompt, extra=extra)
