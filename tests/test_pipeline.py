@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from pathlib import Path
 
 import pandas as pd
 import psutil
@@ -202,11 +203,12 @@ def test_the_audit_reads_the_settings_the_rule_passed(workdir):
     smk(workdir)
     checked = set()
     for meta in job_metadata(workdir).values():
-        prov = next((o for o in meta["outputs"] if o.endswith("provenance.json")), None)
-        if prov is None and meta["rule"] not in REPORTS:  # a directory output: the record lies inside it
-            prov = next((f"{o}/provenance.json" for o in meta["outputs"] if (workdir / o / "provenance.json").is_file()), None)
-        if prov is None or meta["rule"] in REPORTS:
+        if meta["rule"] in REPORTS:  # a report's settings are its notebook's parameters, not the config
             continue
+        # the record: an output itself, inside a directory output, or beside a file output (FILE.provenance.json)
+        candidates = [c for o in meta["outputs"]
+                      for c in (o, f"{o}/provenance.json", str(Path(o).with_suffix(".provenance.json")))]
+        prov = next(c for c in candidates if c.endswith("provenance.json") and (workdir / c).is_file())
         rec = json.loads((workdir / prov).read_text())
         view = jobs.record_settings(rec, load_config(workdir / rec["config_path"]))
         assert view in [ast.literal_eval(p) for p in meta["params"]], (meta["rule"], prov)

@@ -15,6 +15,7 @@ import statistics
 from pathlib import Path
 
 from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
+from esopt.envs.benchmarks import BENCHMARKS
 from esopt.io import write_json_atomic
 from esopt.provenance.record import Provenance
 
@@ -71,7 +72,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="esopt evaluate-agent", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True)
-    p.add_argument("--benchmark", required=True, choices=["math", "docvqa"])
+    p.add_argument("--benchmark", required=True, choices=BENCHMARKS)
     p.add_argument("--model", required=True, help="model directory (base or DIR/model of a training run)")
     p.add_argument("--skill", default=None, help="skill document for the system prompt (DIR/skill.md of a Trace2Skill run)")
     p.add_argument("--data", required=True, help="evaluation set directory (from esopt prepare-data)")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
+from esopt.envs.benchmarks import BENCHMARKS
 from esopt.provenance.record import Provenance
 
 log = logging.getLogger("esopt.prepare_data")
@@ -104,7 +105,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="esopt prepare-data", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True)
-    p.add_argument("--benchmark", required=True, choices=["math", "docvqa"])
+    p.add_argument("--benchmark", required=True, choices=BENCHMARKS)
     p.add_argument("--set", required=True, help="train, or a name of tool_agents.benchmarks.B.eval")
     p.add_argument("--out", required=True, help="data directory to create (results/data/B/SET)")
     add_threads_arg(p)

@@ -29,6 +29,7 @@ import logging
 import shutil
 
 from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
+from esopt.envs.benchmarks import BENCHMARKS
 from esopt.provenance.record import Provenance
 from esopt.provenance.run_dir import RunDir
 
@@ -71,7 +72,7 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True)
     p.add_argument("--method", required=True, help="esopt | esopt_trace2skill | trace2skill | grpo")
-    p.add_argument("--benchmark", required=True, choices=["math", "docvqa"])
+    p.add_argument("--benchmark", required=True, choices=BENCHMARKS)
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--model", required=True, help="base model directory")
     p.add_argument("--data", required=True, help="training set directory (from esopt prepare-data)")
