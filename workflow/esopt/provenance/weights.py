@@ -97,7 +97,7 @@ class WeightChecks:
             else:
                 bad = []
                 variant = flag_value(rec.get("argv") or [], "--variant")
-                want_method = f"es_{variant}" if variant else "esopt"  # esopt.cli.train_es.method_name
+                want_method = f"es_{variant}" if variant else "esopt"  # esopt.eval.sudoku_training.es_method_name
                 if history.run.get("method") is not None and history.run["method"] != want_method:
                     bad.append(f"method {history.run['method']!r}, the command ran {want_method!r}")
                 h = _run_horizon(rec)

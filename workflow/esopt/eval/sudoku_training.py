@@ -1,0 +1,175 @@
+"""Training on Sudoku at one horizon H*: Agentic ESOpt (`train_es`, `esopt train-es`) and the
+Agentic GRPO / PPO baselines (`train_rl`, `esopt train-rl`), on the same model, environment,
+prompts and turn budget.
+
+Each works in a resume directory (esopt.provenance.run_dir) and returns what the command
+publishes: the trained model, one metrics line per generation or step, the budget (what
+the run used: episodes, tokens, FLOPs, wall clock) and what the record adds.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SudokuTraining:
+    model: Any  # trained, in model.dtype
+    tokenizer: Any
+    metrics: list[dict[str, Any]]
+    budget: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)  # what the provenance record adds
+    history: Any = None  # ES: the replayable history
+
+
+def es_method_name(variant: str | None) -> str:
+    """The method an ES run reports as: esopt, or es_VARIANT for an ablation."""
+    return f"es_{variant}" if variant else "esopt"
+
+
+def es_budget(history, params: int, population: int, n_tasks: int, horizon: int, seed: int,
+              method: str = "esopt") -> dict[str, Any]:
+    """What the run used, from its history: episodes, tokens, model FLOPs (2N per token
+    processed, forward only; the perturbation and update are O(N) per member, not per
+    token, and left out), wall clock."""
+    gens = history.generations
+    tokens = {k: sum(i.get(k, 0) for g in gens for i in g.member_info) for k in ("generated_tokens", "rollout_tokens")}
+    wall = sum(g.wall_s for g in gens)
+    flops = 2.0 * params * tokens["rollout_tokens"]
+    n = max(len(gens), 1)
+    return {
+        "method": method, "algo": "es", "horizon": horizon, "seed": seed, "population": population,
+        "planned": {"steps": history.run["es"]["generations"], "episodes_per_step": population * n_tasks},
+        "steps": len(gens), "episodes": sum(len(g.rewards) for g in gens) * n_tasks, **tokens, "train_tokens": 0,
+        "flops": flops, "flops_per_step": flops / n, "wall_s": wall, "wall_s_per_step": wall / n, "params": params,
+    }
+
+
+def train_es(cfg: dict, model_dir: str, horizon: int, population: int, seed: int, variant: str | None,
+             resume_dir: Path, traj_dir: Path, collective) -> SudokuTraining:
+    """Agentic ESOpt (or the es.variants ablation `variant`) from the model in `model_dir`.
+    Every member sees the same task batch and sampling seed (common random numbers); the
+    population is sharded over the collective's ranks, which must end at the same weights."""
+    from esopt.agent.rollout import kept_steps, write_trajectories
+    from esopt.config import es_settings
+    from esopt.es import ESConfig, ESTrainer
+    from esopt.es.history import weights_sha256
+    from esopt.eval.episodes import EpisodeSpec, run_episodes, summarize
+    from esopt.models.load import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer(model_dir)
+    base_hash = weights_sha256(model)
+    es_cfg = ESConfig.from_settings(es_settings(cfg, horizon, variant), population, seed)
+    method = es_method_name(variant)
+    spec = EpisodeSpec.from_config(cfg, horizon, cfg["es"]["member_decoding"])
+    n_tasks = cfg["es"]["tasks_per_member"]
+    keep = kept_steps(es_cfg.generations)
+
+    def fitness(member):
+        counters: dict[str, int] = {}
+        trajs = run_episodes(model, tok, spec, n_tasks, seed=member.task_seed, split="train", counters=counters)
+        if member.index == 0 and member.generation in keep:
+            write_trajectories(traj_dir / f"gen{member.generation:04d}.jsonl", trajs,
+                               generation=member.generation, member=0, sigma=member.sigma)
+        s = summarize(trajs)
+        return s["mean_reward"], {"success": s["success"], "mean_turns": s["mean_turns"],
+                                  "generated_tokens": counters.get("generated_tokens", 0),
+                                  "rollout_tokens": counters.get("prompt_tokens", 0) + counters.get("generated_tokens", 0)}
+
+    def on_generation(rec):
+        m = rec.metrics()
+        log.info("gen %d: sigma %.3g mean R %.3f max %.3f success %.3f (%.1fs)",
+                 rec.generation, rec.sigma, m["mean_reward"], m["max_reward"], m["success_rate"], rec.wall_s)
+
+    trainer = ESTrainer(
+        model, es_cfg, fitness, history_path=resume_dir / "history.json",
+        run_info={"benchmark": "sudoku", "horizon": horizon, "method": method, "base_weights_sha256": base_hash,
+                  "episode": {k: v for k, v in vars(spec).items() if k != "sampling"} | {"sampling": vars(spec.sampling)},
+                  "tasks_per_member": n_tasks},
+        on_generation=on_generation, collective=collective,
+    )
+    history = trainer.run()
+    history.final = {"weights_sha256": weights_sha256(model)}
+    replicas = collective.all_gather(history.final["weights_sha256"])
+    if len(set(replicas)) != 1:
+        raise RuntimeError(f"ES replicas diverged: final weight hashes by rank {replicas}")
+    budget = es_budget(history, sum(p.numel() for p in model.parameters()), population, n_tasks, horizon, seed, method)
+    budget["ranks"] = collective.world_size
+    extra = {"base_weights_sha256": base_hash, "final_weights_sha256": history.final["weights_sha256"],
+             "model_device": str(model.device),
+             "ranks": {"world_size": collective.world_size, "replica_weights_sha256": replicas}}
+    return SudokuTraining(model, tok, [r.metrics() for r in history.generations], budget, extra, history)
+
+
+def train_rl(cfg: dict, model_dir: str, algo: str, sampling_profile: str, horizon: int, seed: int,
+             resume_dir: Path, traj_dir: Path) -> SudokuTraining:
+    """Agentic GRPO or PPO (`algo`) under a sampling profile (rl.trainer.SAMPLING_PROFILES)
+    from the model in `model_dir`; the optimizer checkpoint is resume_dir/checkpoint.pt."""
+    import torch
+
+    from esopt.agent.rollout import Sampling, kept_steps, write_trajectories
+    from esopt.es.history import weights_sha256
+    from esopt.eval.episodes import sudoku_rl_rollouts
+    from esopt.models.load import load_model_and_tokenizer
+    from esopt.rl.critic import build_critic
+    from esopt.rl.trainer import SAMPLING_PROFILES, RLConfig, RLTrainer, method_name, rl_flops
+
+    r = cfg["rl"]
+    # Training keeps master weights in rl.dtype (fp32: AdamW on bf16 weights loses small
+    # updates to rounding); the saved model is cast back to model.dtype for evaluation.
+    policy, tok = load_model_and_tokenizer(model_dir, dtype=r["dtype"])
+    base_hash = weights_sha256(policy)
+    prof = {**cfg["agent"]["sampling"], **(SAMPLING_PROFILES[sampling_profile] or {})}
+    sampling = Sampling.from_profile(prof, cfg["agent"]["max_new_tokens"])
+    rcfg = RLConfig.from_settings(r, algo, prof, seed)
+    critic = build_critic(policy, model_dir, rcfg.critic).to(policy.device) if algo == "ppo" else None
+    method = method_name(algo, sampling_profile)
+    keep = kept_steps(rcfg.steps)
+    inner = sudoku_rl_rollouts(cfg, tok, horizon, sampling)
+    step_of = {"t": 0}
+
+    def rollout_fn(policy_, task_seed, sampling_seed, group, counters):
+        trajs = inner(policy_, task_seed, sampling_seed, group, counters)
+        t = step_of["t"]
+        if t in keep:
+            write_trajectories(traj_dir / f"step{t:04d}.jsonl", trajs[: 4 * group], step=t)
+        return trajs
+
+    def on_step(rec):
+        step_of["t"] = rec["step"] + 1
+        log.info("step %d: R %.3f success %.3f turns %.1f pg %.4f clip %.3f tokens %d (%.1fs, rollout %.1fs)",
+                 rec["step"], rec["mean_reward"], rec["success_rate"], rec["mean_turns"], rec.get("pg_loss", 0.0),
+                 rec.get("clip_frac", 0.0), rec["generated_tokens"], rec["wall_s"], rec["rollout_s"])
+
+    trainer = RLTrainer(
+        policy, rcfg, rollout_fn, pad_id=tok.pad_token_id, critic=critic, checkpoint_path=resume_dir / "checkpoint.pt",
+        run_info={"benchmark": "sudoku", "horizon": horizon, "method": method, "sampling": prof,
+                  "base_weights_sha256": base_hash},
+        on_step=on_step,
+    )
+    step_of["t"] = trainer.resume()
+    metrics = trainer.run()
+
+    params = sum(p.numel() for p in policy.parameters())
+    critic_params = sum(p.numel() for p in critic.parameters()) if critic is not None and rcfg.critic == "separate" else 0
+    totals = trainer.totals
+    flops = rl_flops(params, critic_params, totals, rcfg)
+    budget = {
+        "method": method, "algo": algo, "horizon": horizon, "seed": seed, "population": None,
+        "planned": {"steps": rcfg.steps, "episodes_per_step": rcfg.episodes_per_step},
+        "steps": len(metrics), **{k: totals[k] for k in ("episodes", "generated_tokens", "rollout_tokens", "train_tokens")},
+        "flops": flops, "flops_per_step": flops / max(len(metrics), 1),
+        "wall_s": totals["wall_s"], "wall_s_per_step": totals["wall_s"] / max(len(metrics), 1),
+        "params": params, "critic_params": critic_params,
+    }
+    device = str(policy.device)
+    final = policy.to(getattr(torch, cfg["model"]["dtype"]))
+    extra = {"base_weights_sha256": base_hash, "final_weights_sha256": weights_sha256(final), "budget": budget,
+             "model_device": device, "base_weights_dtype": r["dtype"]}
+    log.info("%d steps, %d episodes, %.3g FLOPs", len(metrics), totals["episodes"], flops)
+    return SudokuTraining(final, tok, metrics, budget, extra)
