@@ -38,7 +38,7 @@ def build_probe(cfg: dict, tokenizer_dir: Path, out: Path) -> dict:
     model's tokenizer. Large enough that memory ratios are not interpreter overhead."""
     from transformers import AutoTokenizer
 
-    from esopt.models.build import save_model
+    from esopt.models.load import save_model
     from esopt.models.tiny import build_tiny_model
 
     spec = cfg["memory"]["probe"]

@@ -18,9 +18,9 @@ from typing import Any, Sequence
 
 import torch
 
-from esopt.io import atomic_path, write_json_atomic
+from esopt.io import write_json_atomic
 from esopt.models.hub import download_snapshot, weight_hashes
-from esopt.models.load import load_model_and_tokenizer
+from esopt.models.load import save_model
 from esopt.models.sft import SFTSettings, Transcript, supervised_fine_tune
 from esopt.models.tiny import build_tiny_model
 from esopt.models.tokenizer import train_tokenizer
@@ -50,18 +50,6 @@ def build_tiny(spec: dict[str, Any], transcripts: Sequence[Transcript], sft: SFT
     model = model.to(getattr(torch, spec["dtype"]))
     save_model(model, tok, out)
     return model, stats
-
-
-def save_model(model, tokenizer, out: str | Path) -> None:
-    """save_pretrained atomically (replacing `out`), then load it back as every rule will."""
-    out = Path(out)
-    if out.exists():
-        shutil.rmtree(out)
-    with atomic_path(out) as tmp:
-        tmp.unlink()
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        load_model_and_tokenizer(tmp)  # fail here, not in the first job that loads it
 
 
 def stage(spec: dict[str, Any], out: str | Path, where: str = "model") -> tuple[dict[str, Any], list[str]]:

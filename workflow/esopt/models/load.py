@@ -1,12 +1,15 @@
-"""Loading any model directory (tiny, hub snapshot, local) through from_pretrained."""
+"""Loading any model directory (tiny, hub snapshot, local) through from_pretrained, and saving one."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from esopt.io import atomic_path
 
 
 def default_device() -> str:
@@ -30,3 +33,17 @@ def load_model_and_tokenizer(path: str | os.PathLike, dtype: str | None = None, 
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return model, tok
+
+
+def save_model(model, tokenizer, out: str | Path, check_load: bool = True) -> None:
+    """save_pretrained of the model and its tokenizer, atomically (replacing `out`); with
+    check_load, loaded back as every rule will load it, so a broken model fails here."""
+    out = Path(out)
+    if out.exists():
+        shutil.rmtree(out)
+    with atomic_path(out) as tmp:
+        tmp.unlink()
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if check_load:
+            load_model_and_tokenizer(tmp)

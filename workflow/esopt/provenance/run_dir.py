@@ -10,7 +10,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
-from esopt.io import atomic_path, write_json_atomic, write_text_atomic
+from esopt.io import write_json_atomic, write_text_atomic
+from esopt.models.load import save_model
 from esopt.provenance.record import Provenance
 
 
@@ -31,10 +32,7 @@ class RunDir:
 
     def save_model(self, model, tokenizer, name: str = "model") -> Path:
         """save_pretrained of the model and its tokenizer, atomically."""
-        with atomic_path(self.add(name)) as tmp:
-            tmp.unlink()
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
+        save_model(model, tokenizer, self.add(name), check_load=False)
         return self.out / name
 
     def write_json(self, name: str, obj: Any) -> None:
