@@ -70,27 +70,18 @@ def split_reply(text: str, thinking: bool) -> tuple[str, str]:
     return reasoning.strip(), (answer.lstrip("\n") if closed else "")
 
 
-def require_visible_think_close(tokenizer) -> None:
-    """Replies are decoded without special tokens: were `</think>` one of them, no reply
-    would ever show an answer, so say so instead of failing every episode."""
+def require_thinking_mode(tokenizer) -> None:
+    """agent.thinking needs a template whose generation prompt follows enable_thinking and
+    a tokenizer that keeps `</think>` when replies are decoded without special tokens;
+    otherwise no reply would ever show an answer, so say so instead of failing every episode."""
+    msgs = [{"role": "user", "content": "x"}]
+    on, off = (tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, enable_thinking=t)
+               for t in (True, False))
+    if on == off:
+        raise ValueError("agent.thinking is true but the chat template has no thinking mode (enable_thinking changes nothing)")
     ids = tokenizer(THINK_CLOSE, add_special_tokens=False)["input_ids"]
     if THINK_CLOSE not in tokenizer.decode(ids, skip_special_tokens=True):
         raise ValueError(f"agent.thinking is true but the tokenizer drops {THINK_CLOSE} when decoding replies")
-
-
-@dataclass
-class Trajectory:
-    task_id: str
-    system: str
-    first_observation: str
-    turns: list[Turn] = field(default_factory=list)
-    reward: float = 0.0
-    done: bool = False
-    info: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def num_turns(self) -> int:
-        return len(self.turns)
 
 
 def build_messages(traj: Trajectory, history_turns: int | None) -> list[dict[str, str]]:
@@ -144,7 +135,7 @@ def rollout(
     """
     counters = counters if counters is not None else {}
     if thinking:
-        require_visible_think_close(tokenizer)
+        require_thinking_mode(tokenizer)
     model.eval()
     envs = [make_env() for _ in tasks]
     trajs = [Trajectory(task_id(t), system, env.reset(t)) for env, t in zip(envs, tasks)]

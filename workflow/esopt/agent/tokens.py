@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from esopt.agent.rollout import (Sampling, TextEnv, Trajectory, Turn, build_messages, require_visible_think_close,
+from esopt.agent.rollout import (Sampling, TextEnv, Trajectory, Turn, build_messages, require_thinking_mode,
                                  split_reply)
 from esopt.seeding import derive_seed
 
@@ -91,7 +91,7 @@ class ChatTokens:
     def __init__(self, tokenizer, system: str, thinking: bool = False):
         self.tok, self.system, self.thinking = tokenizer, system, thinking
         if thinking:
-            require_visible_think_close(tokenizer)
+            require_thinking_mode(tokenizer)
         base = [{"role": "system", "content": system}, {"role": "user", "content": _OBS}]
         reply = {"role": "assistant", "content": _ANSWER}
         if thinking:
