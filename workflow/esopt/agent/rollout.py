@@ -84,6 +84,21 @@ def require_thinking_mode(tokenizer) -> None:
         raise ValueError(f"agent.thinking is true but the tokenizer drops {THINK_CLOSE} when decoding replies")
 
 
+@dataclass
+class Trajectory:
+    task_id: str
+    system: str
+    first_observation: str
+    turns: list[Turn] = field(default_factory=list)
+    reward: float = 0.0
+    done: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turns)
+
+
 def build_messages(traj: Trajectory, history_turns: int | None) -> list[dict[str, str]]:
     """system, then the conversation [first observation, action, observation, ...]
     cut to its last `history_turns` exchanges (None: all). With 0 the prompt is
