@@ -50,9 +50,38 @@ class Sampling:
 
 @dataclass
 class Turn:
-    action: str
+    action: str  # the reply's answer: what the environment was given
     observation: str  # what the environment answered
     reward: float
+    reasoning: str = ""  # the reply's think block (agent.thinking on), never shown to the environment
+
+
+THINK_CLOSE = "</think>"
+
+
+def split_reply(text: str, thinking: bool) -> tuple[str, str]:
+    """(reasoning, answer) of a decoded reply. With thinking on, the generation prompt
+    opens the think block, so a reply reads `reasoning</think>answer`; one cut by the
+    token cap before `</think>` is all reasoning and gives the environment no answer.
+    With thinking off the whole reply is the answer."""
+    if not thinking:
+        return "", text
+    reasoning, closed, answer = text.partition(THINK_CLOSE)
+    return reasoning.strip(), (answer.lstrip("\n") if closed else "")
+
+
+def require_thinking_mode(tokenizer) -> None:
+    """agent.thinking needs a template whose generation prompt follows enable_thinking and
+    a tokenizer that keeps `</think>` when replies are decoded without special tokens;
+    otherwise no reply would ever show an answer, so say so instead of failing every episode."""
+    msgs = [{"role": "user", "content": "x"}]
+    on, off = (tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, enable_thinking=t)
+               for t in (True, False))
+    if on == off:
+        raise ValueError("agent.thinking is true but the chat template has no thinking mode (enable_thinking changes nothing)")
+    ids = tokenizer(THINK_CLOSE, add_special_tokens=False)["input_ids"]
+    if THINK_CLOSE not in tokenizer.decode(ids, skip_special_tokens=True):
+        raise ValueError(f"agent.thinking is true but the tokenizer drops {THINK_CLOSE} when decoding replies")
 
 
 @dataclass
@@ -80,9 +109,18 @@ def build_messages(traj: Trajectory, history_turns: int | None) -> list[dict[str
     first = traj.first_observation if start == 0 else traj.turns[start - 1].observation
     msgs = [{"role": "system", "content": traj.system}, {"role": "user", "content": first}]
     for t in traj.turns[start:]:
-        msgs.append({"role": "assistant", "content": t.action})
+        reply = {"role": "assistant", "content": t.action}
+        if t.reasoning:  # a thinking template decides whether an earlier turn shows it
+            reply["reasoning_content"] = t.reasoning
+        msgs.append(reply)
         msgs.append({"role": "user", "content": t.observation})
     return msgs
+
+
+def render_prompt(tokenizer, messages: list[dict[str, str]], thinking: bool) -> str:
+    """The chat template's text for the next reply. enable_thinking is always passed:
+    Qwen3.5's template thinks when it is left out; templates without a thinking mode ignore it."""
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=thinking)
 
 
 @torch.no_grad()
@@ -99,6 +137,7 @@ def rollout(
     batch_size: int | None = None,
     task_id: Callable[[Any], str] = lambda t: getattr(t, "id", str(t)),
     counters: dict[str, int] | None = None,
+    thinking: bool = False,
 ) -> list[Trajectory]:
     """Run one episode per task with the model as it is now; returns trajectories in task order.
 
@@ -106,8 +145,12 @@ def rollout(
     random numbers); `batch_size` bounds how many episodes share one generate call.
     `counters` (if given) accumulates generate_calls, prompt_tokens and
     generated_tokens actually run through the model (cached replies cost nothing).
+    `thinking` is agent.thinking: the template's enable_thinking; the environment gets
+    each reply's answer, its reasoning is kept on the Turn.
     """
     counters = counters if counters is not None else {}
+    if thinking:
+        require_thinking_mode(tokenizer)
     model.eval()
     envs = [make_env() for _ in tasks]
     trajs = [Trajectory(task_id(t), system, env.reset(t)) for env, t in zip(envs, tasks)]
@@ -122,10 +165,7 @@ def rollout(
         active = [i for i, tr in enumerate(trajs) if not tr.done]
         if not active:
             break
-        prompts = {
-            i: tokenizer.apply_chat_template(build_messages(trajs[i], history_turns), tokenize=False, add_generation_prompt=True)
-            for i in active
-        }
+        prompts = {i: render_prompt(tokenizer, build_messages(trajs[i], history_turns), thinking) for i in active}
         if replies is None:
             todo = active
         else:  # one generation per distinct new prompt
@@ -154,10 +194,10 @@ def rollout(
                 else:
                     replies[prompts[i]] = action
         for i in active:
-            action = actions[i] if replies is None else replies[prompts[i]]
+            reasoning, action = split_reply(actions[i] if replies is None else replies[prompts[i]], thinking)
             obs, reward, done, info = envs[i].step(action)
             tr = trajs[i]
-            tr.turns.append(Turn(action, obs, float(reward)))
+            tr.turns.append(Turn(action, obs, float(reward), reasoning))
             tr.reward += float(reward)
             tr.done = done
             tr.info = info

@@ -6,11 +6,18 @@ with their sampling log-probabilities, and only the new text between replies
 is tokenized. The history is never re-tokenized, so the ids the loss sees are the
 ids the policy produced.
 
-Two layouts, chosen by `history_turns`:
-  None  one growing sequence per episode: [prompt][reply][obs][reply]...
-  0     a fresh prompt per turn (system + latest observation), as the ES rollouts use.
-Either way a trajectory is a list of sequences with a loss mask that is 1 exactly
-on generated tokens, and rewards sit at the last generated token of each turn.
+Layouts, chosen by `history_turns` (and, for templates that drop earlier turns'
+think blocks when they render a conversation again, by `history_thinking`):
+  None, keep  one growing sequence per episode: [prompt][reply][obs][reply]...; each
+              reply stays as generated, think block included (never re-rendered)
+  None, drop  a sequence per turn whose context is the template's rendering of the
+              conversation so far, earlier thinking dropped: what the text rollouts
+              of ES and evaluation condition on (context tokens grow as turns²)
+  0           a fresh prompt per turn (system + latest observation), as the ES rollouts use.
+With a template that re-renders the history unchanged, keep and drop are the same
+growing sequence. Either way a trajectory is a list of sequences with a loss mask
+that is 1 exactly on generated tokens (a generation prompt's prefilled think block,
+empty or open, is context), and rewards sit at the last generated token of each turn.
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from esopt.agent.rollout import Sampling, TextEnv, Trajectory, Turn
+from esopt.agent.rollout import (Sampling, TextEnv, Trajectory, Turn, build_messages, require_thinking_mode,
+                                 split_reply)
 from esopt.seeding import derive_seed
 
 
@@ -59,47 +67,96 @@ class TokenTrajectory(Trajectory):
         return sum(len(t.gen_ids) for t in self.tokens)
 
 
-class ChatTokens:
-    """Token pieces of a chat template, found by rendering and diffing text.
+# Probe texts: the template copies message contents verbatim, so they mark where each piece sits.
+_OBS, _THOUGHT, _ANSWER, _NEXT = "OBS-PROBE", "THOUGHT-PROBE", "ANSWER-PROBE", "NEXT-PROBE"
 
-    prompt(system, obs)  ids of [system, user obs] + generation prompt
+
+class ChatTokens:
+    """Token pieces of a chat template, found by rendering probe conversations and diffing text.
+
+    prompt(obs)          ids of [system, user obs] + generation prompt
     closing(eos_seen)    ids that end an assistant turn after the reply
     user(obs)            ids of the next user message + generation prompt
+    conversation(msgs)   ids of the template's rendering of msgs + generation prompt
+
+    `thinking` is passed to the template as enable_thinking. A reply must render as
+    prompt + generated text + closing, or token-level rollouts cannot be built.
+    Rendering the conversation again once it goes on may change one thing: an
+    earlier reply may lose its think block (Qwen3.5's template drops it, the empty
+    one of thinking-off mode too). `drops_thinking` records whether this template
+    does; any other change raises, since the pieces would then not add up to what
+    the template renders.
     """
 
-    def __init__(self, tokenizer, system: str):
-        self.tok = tokenizer
-        self.system = system
-        base = [{"role": "system", "content": system}, {"role": "user", "content": "U"}]
-        self._with_reply = base + [{"role": "assistant", "content": "A"}]
-        prompt = self._render(base, True)
-        self._reply_text = self._render(self._with_reply, False)
-        if not self._reply_text.startswith(prompt + "A"):
-            raise ValueError(
-                "the chat template does not render an assistant reply as prompt + reply; "
-                "token-level rollouts need a prefix-stable template"
-            )
-        closing = self._reply_text[len(prompt) + 1:]
+    def __init__(self, tokenizer, system: str, thinking: bool = False):
+        self.tok, self.system, self.thinking = tokenizer, system, thinking
+        if thinking:
+            require_thinking_mode(tokenizer)
+        base = [{"role": "system", "content": system}, {"role": "user", "content": _OBS}]
+        reply = {"role": "assistant", "content": _ANSWER}
+        if thinking:
+            reply["reasoning_content"] = _THOUGHT
+        self._with_reply = base + [reply]
+        reply_text = self._render(self._with_reply, False)
+        closing = self._closing_text(self._render(base, True), reply_text)
+        turn_start = len(self._render(base, False))
+        next_text = self._render(self._with_reply + [{"role": "user", "content": _NEXT}], True)
+        self._history, self.drops_thinking = self._history_text(reply_text, next_text, turn_start)
         eos = tokenizer.eos_token or ""
         self._close_full = self._ids(closing)
         self._close_after_eos = self._ids(closing[len(eos):]) if eos and closing.startswith(eos) else self._close_full
 
+    def _closing_text(self, prompt: str, reply_text: str) -> str:
+        generated = reply_text[len(prompt):]
+        if not reply_text.startswith(prompt) or _ANSWER not in generated:
+            raise ValueError(
+                "the chat template does not render an assistant reply as prompt + reply; "
+                "token-level rollouts need a prefix-stable template"
+            )
+        if self.thinking and _THOUGHT not in generated.split(_ANSWER)[0]:
+            raise ValueError("agent.thinking is true but the chat template renders a reply without its reasoning "
+                             "(a template without a thinking mode?)")
+        return generated[generated.index(_ANSWER) + len(_ANSWER):]
+
+    @staticmethod
+    def _history_text(reply_text: str, next_text: str, turn_start: int) -> tuple[str, bool]:
+        """The part of next_text that re-renders [system, obs, reply], and whether it
+        dropped the reply's think block: the turn keeps its header, loses what came
+        between the header and the answer, and everything else is unchanged."""
+        if next_text.startswith(reply_text):
+            return reply_text, False
+        answer_at = reply_text.index(_ANSWER, turn_start)
+        tail = reply_text[answer_at:]  # the answer and the end of its turn
+        end = next_text.find(tail, turn_start)
+        kept = next_text[turn_start:end]
+        if end < 0 or next_text[:turn_start] != reply_text[:turn_start] or not reply_text[turn_start:answer_at].startswith(kept):
+            raise ValueError(
+                "the chat template renders an earlier turn differently once the conversation goes on, and not only "
+                "by dropping its think block; token-level rollouts need a template that is prefix-stable up to that.\n"
+                f"reply turn rendered last: {reply_text[turn_start:]!r}\nthen: {next_text[turn_start:]!r}"
+            )
+        return next_text[: end + len(tail)], True
+
     def _render(self, msgs, gen: bool) -> str:
-        return self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
+        return self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen, enable_thinking=self.thinking)
 
     def _ids(self, text: str) -> list[int]:
         return self.tok(text, add_special_tokens=False)["input_ids"] if text else []
 
     def prompt(self, obs: str) -> list[int]:
-        msgs = [{"role": "system", "content": self.system}, {"role": "user", "content": obs}]
-        return self._ids(self._render(msgs, True))
+        return self.conversation([{"role": "system", "content": self.system}, {"role": "user", "content": obs}])
 
     def closing(self, eos_seen: bool) -> list[int]:
         return list(self._close_after_eos if eos_seen else self._close_full)
 
     def user(self, obs: str) -> list[int]:
         full = self._render(self._with_reply + [{"role": "user", "content": obs}], True)
-        return self._ids(full[len(self._reply_text):])
+        if not full.startswith(self._history):  # e.g. Qwen's rule that a wrapped tool result is not a new query
+            raise ValueError(f"the chat template renders the history differently after the observation {obs[:80]!r}")
+        return self._ids(full[len(self._history):])
+
+    def conversation(self, msgs: list[dict[str, str]]) -> list[int]:
+        return self._ids(self._render(msgs, True))
 
 
 def _trim(gen: list[int], eos_id: int) -> list[int]:
@@ -121,17 +178,24 @@ def token_rollout(
     batch_size: int | None = None,
     counters: dict[str, int] | None = None,
     task_id: Callable[[Any], str] = lambda t: getattr(t, "id", str(t)),
+    thinking: bool = False,
+    history_thinking: str = "keep",
 ) -> list[TokenTrajectory]:
     """One episode per task (repeat a task to get a group); all episodes advance together.
 
     max_total_tokens caps the tokens of an episode's training sequences: a turn
     that could exceed it is not started and the episode ends truncated, reward 0.
     counters (if given) accumulates generate_calls, prompt_tokens, generated_tokens.
+    thinking (agent.thinking) is the template's enable_thinking; the environment gets
+    each reply's answer. history_thinking (agent.history_thinking): keep | drop, above.
     """
     if history_turns not in (0, None):
         raise ValueError(f"token rollouts support agent.history_turns 0 or null (whole conversation), got {history_turns}")
+    if history_thinking not in ("keep", "drop"):
+        raise ValueError(f"agent.history_thinking must be keep or drop, got {history_thinking!r}")
     model.eval()
-    chat = ChatTokens(tokenizer, system)
+    chat = ChatTokens(tokenizer, system, thinking)
+    rerender = history_turns is None and history_thinking == "drop" and chat.drops_thinking
     eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
     envs = [make_env() for _ in tasks]
     trajs = [TokenTrajectory(task_id(t), system, env.reset(t)) for env, t in zip(envs, tasks)]
@@ -184,14 +248,16 @@ def token_rollout(
                 tr.tokens.append(TokenTurn(pending[i], gen, lp, fresh[i]))
                 total[i] += len(pending[i]) + len(gen)
                 stream[i] = contexts[i] + gen
-                action = tokenizer.decode(gen, skip_special_tokens=True)
+                reasoning, action = split_reply(tokenizer.decode(gen, skip_special_tokens=True), thinking)
                 obs, reward, done, info = envs[i].step(action)
                 tr.tokens[-1].reward = float(reward)
-                tr.turns.append(Turn(action, obs, float(reward)))
+                tr.turns.append(Turn(action, obs, float(reward), reasoning))
                 tr.reward += float(reward)
                 tr.done, tr.info = done, info
                 eos_seen = bool(gen) and gen[-1] == eos_id
-                if history_turns is None:
+                if rerender:  # the conversation as the template shows it now, earlier thinking dropped
+                    pending[i], fresh[i] = chat.conversation(build_messages(tr, None)), True
+                elif history_turns is None:  # extend the ids the policy saw and produced
                     pending[i], fresh[i] = chat.closing(eos_seen) + chat.user(obs), False
                 else:
                     pending[i], fresh[i] = chat.prompt(obs), True

@@ -22,6 +22,7 @@ class EpisodeSpec:
     history_turns: int | None
     sampling: Sampling
     batch_size: int | None = None
+    thinking: bool = False  # agent.thinking: the chat template's enable_thinking
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any], horizon: int, decoding: str, batch_size: int | None = None) -> "EpisodeSpec":
@@ -30,7 +31,7 @@ class EpisodeSpec:
         return cls(
             size=cfg["sudoku"]["size"], horizon=horizon, max_turns=cfg["sudoku"]["max_turns"],
             reward=cfg["sudoku"]["reward"], prompt=cfg["sudoku"]["prompt"], history_turns=cfg["agent"]["history_turns"],
-            sampling=sampling, batch_size=batch_size,
+            sampling=sampling, batch_size=batch_size, thinking=cfg["agent"]["thinking"],
         )
 
 
@@ -42,7 +43,7 @@ def run_episodes(model, tokenizer, spec: EpisodeSpec, n: int, seed: int, split: 
     return rollout(
         model, tokenizer, lambda: SudokuEnv(spec.max_turns, spec.reward), tasks,
         system=instructions(spec.size, spec.prompt), sampling=spec.sampling, seed=seed, max_turns=spec.max_turns,
-        history_turns=spec.history_turns, batch_size=spec.batch_size, counters=counters,
+        history_turns=spec.history_turns, batch_size=spec.batch_size, counters=counters, thinking=spec.thinking,
     )
 
 
@@ -68,7 +69,7 @@ def sudoku_rl_rollouts(cfg: dict[str, Any], tokenizer, horizon: int, sampling: S
     repeated `group` times, as token trajectories (observations outside the loss mask)."""
     from esopt.agent.tokens import token_rollout
 
-    s, r = cfg["sudoku"], cfg["rl"]
+    s, r, a = cfg["sudoku"], cfg["rl"], cfg["agent"]
     system = instructions(s["size"], s["prompt"])
 
     def rollout_fn(policy, task_seed, sampling_seed, group, counters):
@@ -76,8 +77,9 @@ def sudoku_rl_rollouts(cfg: dict[str, Any], tokenizer, horizon: int, sampling: S
         tasks = [t for t in generate_puzzles(s["size"], horizon, n_tasks, seed=task_seed, split="train") for _ in range(group)]
         return token_rollout(
             policy, tokenizer, lambda: SudokuEnv(s["max_turns"], s["reward"]), tasks, system=system, sampling=sampling,
-            seed=sampling_seed, max_turns=s["max_turns"], history_turns=cfg["agent"]["history_turns"],
+            seed=sampling_seed, max_turns=s["max_turns"], history_turns=a["history_turns"],
             max_total_tokens=r["max_total_tokens"], batch_size=r["batch_size"], counters=counters,
+            thinking=a["thinking"], history_thinking=a["history_thinking"],
         )
 
     return rollout_fn

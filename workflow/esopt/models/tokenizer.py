@@ -1,4 +1,9 @@
-"""A small BPE tokenizer trained locally with `tokenizers`, with a Qwen-style chat template."""
+"""A small BPE tokenizer trained locally with `tokenizers`, with a Qwen-style chat template.
+
+Two templates: CHAT_TEMPLATE (plain ChatML, the tiny models') and
+qwen35_chat_template() (ChatML with Qwen3.5's thinking mode, for testing that
+rollouts handle the real models' template).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,57 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
+
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def qwen35_chat_template() -> str:
+    """ChatML with the thinking mode Qwen3.5's model cards and template document:
+
+    - generation prompt: `<|im_start|>assistant\n<think>\n` (the model writes its
+      reasoning, `</think>`, then the answer), or with enable_thinking=False an
+      empty block `<|im_start|>assistant\n<think>\n\n</think>\n\n`; thinking
+      is on when enable_thinking is not given;
+    - an assistant turn after the last user query is rendered with its think block
+      (reasoning_content, or the text before `</think>` in content; empty if none);
+    - an assistant turn before the last user query is rendered as its answer alone:
+      re-rendering a conversation drops earlier turns' thinking, empty blocks included;
+    - a user message that is a wrapped tool result (`<tool_response>...</tool_response>`)
+      is not a query. Tool calls and the tool role are not modelled.
+
+    Written from that description, not copied, so it may differ from Qwen's in details
+    the description leaves open; tests use it to exercise the behaviour above.
+    """
+    return (
+        "{%- set thinking = enable_thinking if enable_thinking is defined else true -%}"
+        "{%- set ns = namespace(last_query=-1) -%}"
+        "{%- for m in messages -%}"
+        "{%- if m['role'] == 'user' and not (m['content'].startswith('<tool_response>')"
+        " and m['content'].endswith('</tool_response>')) -%}{%- set ns.last_query = loop.index0 -%}{%- endif -%}"
+        "{%- endfor -%}"
+        "{%- for m in messages -%}"
+        "{%- if m['role'] == 'assistant' -%}"
+        "{%- set answer = m['content'] -%}{%- set thought = '' -%}"
+        "{%- if m['reasoning_content'] is string -%}{%- set thought = m['reasoning_content'] -%}"
+        "{%- elif '</think>' in answer -%}"
+        "{%- set thought = answer.split('</think>')[0].split('<think>')[-1] -%}"
+        "{%- set answer = answer.split('</think>')[-1] -%}"
+        "{%- endif -%}"
+        "{%- set answer = answer.lstrip('\n') -%}"
+        "{%- if loop.index0 > ns.last_query -%}"
+        "{{- '<|im_start|>assistant\n<think>\n' + thought.strip('\n') + '\n</think>\n\n' + answer + '<|im_end|>\n' -}}"
+        "{%- else -%}"
+        "{{- '<|im_start|>assistant\n' + answer + '<|im_end|>\n' -}}"
+        "{%- endif -%}"
+        "{%- else -%}"
+        "{{- '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' -}}"
+        "{%- endif -%}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}"
+        "{{- '<|im_start|>assistant\n' + ('<think>\n' if thinking else '<think>\n\n</think>\n\n') -}}"
+        "{%- endif -%}"
+    )
 
 
 def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
