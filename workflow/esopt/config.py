@@ -54,6 +54,9 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
             where = ".".join(str(p) for p in e.absolute_path) or "(top level)"
             lines.append(f"  {where}: {e.message}")
         raise ConfigError(f"{source} is not a valid esopt config:\n" + "\n".join(lines))
+    s = config["sudoku"]
+    if (s["max_turns"] is None) == (s["turns_per_blank"] is None):
+        raise ConfigError(f"{source}: sudoku: set exactly one of max_turns and turns_per_blank")
     es = config["es"]
     for h in config["sudoku"]["horizons"]:
         for variant in [None, *es.get("variants", {})]:
@@ -151,6 +154,12 @@ def section(c: dict[str, Any], key: str) -> Any:
 
 def without(d: Any, keys: tuple[str, ...]) -> Any:
     return {k: v for k, v in d.items() if k not in keys} if isinstance(d, dict) else d
+
+
+def sudoku_max_turns(c: dict[str, Any], horizon: int) -> int:
+    """The turn budget of a Sudoku episode at H*: sudoku.max_turns, or turns_per_blank x H*."""
+    s = c["sudoku"]
+    return s["max_turns"] if s.get("max_turns") else s["turns_per_blank"] * int(horizon)
 
 
 def sudoku_settings(c: dict[str, Any]) -> dict[str, Any]:

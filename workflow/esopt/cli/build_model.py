@@ -22,13 +22,17 @@ log = logging.getLogger("esopt.build_model")
 
 
 def build_tiny(cfg: dict, m: dict, out: Path) -> dict:
-    """A tiny model warm-started on Sudoku demonstrations (model.warmstart)."""
+    """A tiny model warm-started on Sudoku demonstrations (model.warmstart), left at its
+best checkpoint on the validation split when warmstart.select is set."""
+    from esopt.eval.episodes import validation_score
     from esopt.models.build import build_tiny, sft_settings
     from esopt.models.demonstrations.sudoku import SudokuDemos, demonstrations
 
     transcripts = list(demonstrations(SudokuDemos.from_config(cfg, m["warmstart"])))
-    model, stats = build_tiny(m, transcripts, sft_settings(m["warmstart"]), out)
-    return {"demonstrations": stats["examples"], "final_loss": stats["final_loss"],
+    select = m["warmstart"].get("select")
+    score = validation_score(cfg, select) if select else None
+    model, stats = build_tiny(m, transcripts, sft_settings(m["warmstart"]), out, score=score)
+    return {"demonstrations": stats["examples"], "final_loss": stats["final_loss"], "selection": stats.get("selection"),
             "parameters": sum(p.numel() for p in model.parameters()),
             "mean_abs_weight": float(torch.cat([p.detach().float().abs().flatten() for p in model.parameters()]).mean())}
 

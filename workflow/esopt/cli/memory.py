@@ -34,7 +34,7 @@ def step_config(cfg: dict) -> dict:
     """The config of the measured step: memory.* sizes over the training settings."""
     m = cfg["memory"]
     c = copy.deepcopy(cfg)
-    c["sudoku"]["max_turns"] = m["max_turns"]
+    c["sudoku"].update(max_turns=m["max_turns"], turns_per_blank=None)
     if "rl" in c:
         group = min(c["rl"]["grpo"]["group_size"], m["episodes"])
         c["rl"]["grpo"].update(tasks_per_step=max(1, m["episodes"] // group), group_size=group)

@@ -10,10 +10,12 @@ Each placement is checked against the rules (row/column/box) and then against
 the puzzle's unique solution, so only correct digits ever land on the board and
 the board can never become unsolvable; mistakes only cost turns.
 
-Train/eval split by hash: a puzzle is 'eval' iff the first 8 hex digits of
-sha256(puzzle) are divisible by 8, else 'train' (see `split_of`). The generator
-discards candidates of the other split, so the two splits are disjoint by
-construction, for any seeds, sizes and counts, with no bookkeeping.
+Train/valid/eval split by hash: with k the first 8 hex digits of sha256(puzzle), a
+puzzle is 'eval' iff k % 8 == 0, 'valid' iff k % 8 == 1, else 'train' (see
+`split_of`). The generator discards candidates of the other splits, so the three are
+disjoint by construction, for any seeds, sizes and counts, with no bookkeeping.
+'valid' is what the warm start selects its checkpoint on; 'eval' is held out for
+the reported numbers.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ import random
 import re
 from dataclasses import dataclass
 
-BOX = {4: 2, 9: 3}  # board size -> box side
-MAX_BLANKS = {4: 12, 9: 64}  # a unique 4x4 needs >= 4 clues, a unique 9x9 >= 17
+BOX = {4: (2, 2), 6: (2, 3), 9: (3, 3)}  # board size -> box (rows, columns)
+MAX_BLANKS = {4: 12, 6: 28, 9: 64}  # a unique 4x4 needs >= 4 clues, a 6x6 >= 8, a 9x9 >= 17
 MAX_FAILED_ATTEMPTS = 2000  # consecutive rejected candidates before giving up
 
 ACTION_RE = re.compile(r"r\s*(\d+)\s*c\s*(\d+)\s*=\s*(\d+)", re.IGNORECASE | re.ASCII)
@@ -34,13 +36,13 @@ INVALID_FEEDBACK = "invalid: write rRcC=V, e.g. r1c2=3"
 
 def _check_size(size: int) -> None:
     if size not in BOX:
-        raise ValueError(f"size must be 4 or 9, got {size!r}")
+        raise ValueError(f"size must be one of {sorted(BOX)}, got {size!r}")
 
 
 def _box_index(r: int, c: int, size: int) -> int:
     """0-based box number, boxes numbered row-major."""
-    b = BOX[size]
-    return (r // b) * b + c // b
+    br, bc = BOX[size]
+    return (r // br) * (size // bc) + c // bc
 
 
 def _sha256(text: str) -> str:
@@ -71,8 +73,12 @@ def render(board: str, size: int) -> str:
     return "\n".join(board[i : i + size] for i in range(0, size * size, size))
 
 
+SPLITS = ("train", "valid", "eval")
+
+
 def split_of(puzzle: str) -> str:
-    return "eval" if int(_sha256(puzzle)[:8], 16) % 8 == 0 else "train"
+    k = int(_sha256(puzzle)[:8], 16) % 8
+    return "eval" if k == 0 else "valid" if k == 1 else "train"
 
 
 def _candidates(board: str, size: int) -> dict[int, int]:
@@ -158,15 +164,18 @@ def _rng(*parts: object) -> random.Random:
 
 def _random_grid(size: int, rng: random.Random) -> str:
     """A random full grid: a base pattern under validity-preserving symmetries."""
-    b = BOX[size]
+    br, bc = BOX[size]
     relabel = rng.sample("123456789"[:size], size)
 
-    def shuffled_lines() -> list[int]:  # permute bands, then lines within each band
-        return [band * b + line for band in rng.sample(range(b), b) for line in rng.sample(range(b), b)]
+    def shuffled_lines(width: int) -> list[int]:  # permute bands of `width` lines, then lines within each
+        bands = size // width
+        return [band * width + line for band in rng.sample(range(bands), bands) for line in rng.sample(range(width), width)]
 
-    rows, cols = shuffled_lines(), shuffled_lines()
-    grid = [[relabel[(b * (r % b) + r // b + c) % size] for c in cols] for r in rows]
-    if rng.random() < 0.5:
+    rows, cols = shuffled_lines(br), shuffled_lines(bc)
+    # row r of the base pattern is row 0 shifted by bc * (r % br) + r // br: every row,
+    # column and br x bc box holds each digit once
+    grid = [[relabel[(bc * (r % br) + r // br + c) % size] for c in cols] for r in rows]
+    if br == bc and rng.random() < 0.5:  # transposing keeps square boxes only
         grid = list(zip(*grid))
     return "".join("".join(row) for row in grid)
 
@@ -194,8 +203,8 @@ def generate_puzzles(size: int, blanks: int, n: int, seed: int, split: str) -> l
     the output is deterministic and a shorter call is a prefix of a longer one.
     """
     _check_size(size)
-    if split not in ("train", "eval"):
-        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if not 1 <= blanks <= MAX_BLANKS[size]:
         raise ValueError(
             f"blanks must be in 1..{MAX_BLANKS[size]} for {size}x{size} "
@@ -361,11 +370,11 @@ def instructions(size: int, style: str = "full") -> str:
         return f"Sudoku {size}x{size}. Reply rRcC=V"
     if style != "full":
         raise ValueError(f"prompt style {style!r}: expected 'full' or 'short'")
-    box = BOX[size]
+    br, bc = BOX[size]
     return (
         f"You are playing Sudoku on a {size}x{size} board, shown one row per line from the top; "
         f"'.' marks an empty cell. Every digit 1-{size} must appear exactly once in each row, each column "
-        f"and each {box}x{box} box. Each turn, fill exactly one empty cell: reply with rRcC=V "
+        f"and each {br}x{bc} box (rows x columns). Each turn, fill exactly one empty cell: reply with rRcC=V "
         f"(row R, column C, value V, counted from 1), for example r1c2=3. "
         f"After each move you see whether it was placed or rejected, and the board."
     )

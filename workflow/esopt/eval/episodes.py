@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from esopt.agent.rollout import Sampling, Trajectory, rollout
+from esopt.config import sudoku_max_turns
 from esopt.envs.sudoku import SudokuEnv, generate_puzzles, instructions
 
 
@@ -29,7 +30,7 @@ class EpisodeSpec:
         s = cfg["agent"]["sampling"]
         sampling = Sampling.from_profile(s, cfg["agent"]["max_new_tokens"], do_sample=decoding == "sample")
         return cls(
-            size=cfg["sudoku"]["size"], horizon=horizon, max_turns=cfg["sudoku"]["max_turns"],
+            size=cfg["sudoku"]["size"], horizon=horizon, max_turns=sudoku_max_turns(cfg, horizon),
             reward=cfg["sudoku"]["reward"], prompt=cfg["sudoku"]["prompt"], history_turns=cfg["agent"]["history_turns"],
             sampling=sampling, batch_size=batch_size, thinking=cfg["agent"]["thinking"],
         )
@@ -45,6 +46,20 @@ def run_episodes(model, tokenizer, spec: EpisodeSpec, n: int, seed: int, split: 
         system=instructions(spec.size, spec.prompt), sampling=spec.sampling, seed=seed, max_turns=spec.max_turns,
         history_turns=spec.history_turns, batch_size=spec.batch_size, counters=counters, thinking=spec.thinking,
     )
+
+
+def validation_score(cfg: dict[str, Any], select: dict[str, Any]):
+    """score(model, tokenizer): mean sampled success over select.horizons, on
+    select.episodes puzzles per horizon of the 'valid' split (the warm start's
+    checkpoint selection; never the eval split the reported numbers come from)."""
+    specs = [EpisodeSpec.from_config(cfg, h, "sample", batch_size=cfg["evaluate"]["batch_size"]) for h in select["horizons"]]
+
+    def score(model, tokenizer) -> float:
+        rates = [summarize(run_episodes(model, tokenizer, spec, select["episodes"], seed=select["seed"], split="valid"))["success"]
+                 for spec in specs]
+        return sum(rates) / len(rates)
+
+    return score
 
 
 def summarize(trajs: list[Trajectory]) -> dict[str, Any]:
@@ -71,13 +86,14 @@ def sudoku_rl_rollouts(cfg: dict[str, Any], tokenizer, horizon: int, sampling: S
 
     s, r, a = cfg["sudoku"], cfg["rl"], cfg["agent"]
     system = instructions(s["size"], s["prompt"])
+    max_turns = sudoku_max_turns(cfg, horizon)
 
     def rollout_fn(policy, task_seed, sampling_seed, group, counters):
         n_tasks = r["ppo" if group == 1 else "grpo"]["tasks_per_step"]
         tasks = [t for t in generate_puzzles(s["size"], horizon, n_tasks, seed=task_seed, split="train") for _ in range(group)]
         return token_rollout(
-            policy, tokenizer, lambda: SudokuEnv(s["max_turns"], s["reward"]), tasks, system=system, sampling=sampling,
-            seed=sampling_seed, max_turns=s["max_turns"], history_turns=a["history_turns"],
+            policy, tokenizer, lambda: SudokuEnv(max_turns, s["reward"]), tasks, system=system, sampling=sampling,
+            seed=sampling_seed, max_turns=max_turns, history_turns=a["history_turns"],
             max_total_tokens=r["max_total_tokens"], batch_size=r["batch_size"], counters=counters,
             thinking=a["thinking"], history_thinking=a["history_thinking"],
         )

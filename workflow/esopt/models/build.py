@@ -11,10 +11,11 @@ provenance record, which the command writes last.
 
 from __future__ import annotations
 
+import copy
 import logging
 import shutil
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -31,14 +32,18 @@ STAGED_ASIDE = ("provenance.json", "weights.sha256.json")  # a staged directory'
 
 
 def sft_settings(warmstart: dict[str, Any], order_key: str = "sft-order") -> SFTSettings:
-    """A model's warmstart block: steps, batch_size, lr, seed."""
-    return SFTSettings(warmstart["steps"], warmstart["batch_size"], warmstart["lr"], warmstart["seed"], order_key)
+    """A model's warmstart block: steps, batch_size, lr, seed, and select.every if it selects."""
+    every = (warmstart.get("select") or {}).get("every")
+    return SFTSettings(warmstart["steps"], warmstart["batch_size"], warmstart["lr"], warmstart["seed"], order_key, every)
 
 
 def build_tiny(spec: dict[str, Any], transcripts: Sequence[Transcript], sft: SFTSettings, out: str | Path,
-               what: str = "tiny model") -> tuple[torch.nn.Module, dict[str, Any]]:
+               what: str = "tiny model", score: Callable[[torch.nn.Module, Any], float] | None = None,
+               ) -> tuple[torch.nn.Module, dict[str, Any]]:
     """The tiny model of `spec` (model.tiny, dtype) warm-started on `transcripts`, saved at
-    `out`; returns the model and the warm start's stats (examples, final_loss)."""
+    `out`; returns the model and the warm start's stats (examples, final_loss, and with
+    `score(model, tokenizer)` and sft.select_every, the checkpoint selection). Checkpoints
+    are scored as they will be used: cast to the spec's dtype."""
     out = Path(out)
     # The tokenizer learns from the transcripts as the chat template lays them out
     # (special tokens aside), so role names and the system prompt become few tokens.
@@ -46,8 +51,10 @@ def build_tiny(spec: dict[str, Any], transcripts: Sequence[Transcript], sft: SFT
     tok = train_tokenizer(corpus, spec["tiny"]["vocab_size"])
     model = build_tiny_model(spec["tiny"], tok, seed=spec["tiny"].get("seed", 0)).float()
     log.info("%s: %d parameters, layers %s", what, sum(p.numel() for p in model.parameters()), spec["tiny"]["layer_types"])
-    stats = supervised_fine_tune(model, tok, transcripts, sft, desc=f"{what} warm start")
-    model = model.to(getattr(torch, spec["dtype"]))
+    dtype = getattr(torch, spec["dtype"])
+    scorer = (lambda m: score(copy.deepcopy(m).to(dtype), tok)) if score is not None else None
+    stats = supervised_fine_tune(model, tok, transcripts, sft, desc=f"{what} warm start", scorer=scorer)
+    model = model.to(dtype)
     save_model(model, tok, out)
     return model, stats
 

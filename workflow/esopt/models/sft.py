@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import statistics
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -30,6 +30,10 @@ class SFTSettings:
     lr: float
     seed: int
     order_key: str = "sft-order"  # names the stream that orders the batches (seeded)
+    select_every: int | None = None  # score the model every this many steps and keep the best
+
+
+Scorer = Callable[[torch.nn.Module], float]  # higher is better; must not change the model
 
 
 def encode(tokenizer, transcript: Transcript) -> tuple[list[int], list[int]]:
@@ -44,9 +48,14 @@ def encode(tokenizer, transcript: Transcript) -> tuple[list[int], list[int]]:
 
 
 def supervised_fine_tune(model, tokenizer, transcripts: Sequence[Transcript], s: SFTSettings, desc: str = "warm start",
-                         progress: bool = True) -> dict[str, Any]:
+                         progress: bool = True, scorer: Scorer | None = None) -> dict[str, Any]:
     """AdamW on the final reply of each transcript, batches drawn with replacement in a
-    seeded order, linear warm-up over 50 steps then linear decay to 0, gradients clipped at 1."""
+    seeded order, linear warm-up over 50 steps then linear decay to 0, gradients clipped at 1.
+
+    With a `scorer` and `s.select_every`, the model is scored every select_every steps
+    and at the end, and left at the best-scoring checkpoint (the earliest on ties): a
+    tiny warm start can fall into a basin where the model repeats a rejected move, and
+    the loss does not show it (docs/tiny_recipe.md)."""
     examples = [encode(tokenizer, t) for t in transcripts]
     if not examples:
         raise ValueError("no demonstrations to fine-tune on")
@@ -57,6 +66,7 @@ def supervised_fine_tune(model, tokenizer, transcripts: Sequence[Transcript], s:
     pad = tokenizer.pad_token_id
     model.train()
     losses: list[float] = []
+    select = _Selection(scorer, s.select_every) if scorer is not None and s.select_every else None
     bar = tqdm(range(s.steps), desc=desc, disable=not progress)
     for step in bar:
         batch = [examples[i] for i in torch.randint(len(examples), (s.batch_size,), generator=gen).tolist()]
@@ -74,5 +84,35 @@ def supervised_fine_tune(model, tokenizer, transcripts: Sequence[Transcript], s:
         losses.append(loss.item())
         if step % 20 == 0:
             bar.set_postfix(loss=f"{statistics.fmean(losses[-20:]):.3f}")
+        if select is not None and ((step + 1) % s.select_every == 0 or step + 1 == s.steps):
+            select.score(model, step + 1, statistics.fmean(losses[-20:]))
     model.eval()
-    return {"examples": len(examples), "final_loss": statistics.fmean(losses[-50:])}
+    stats = {"examples": len(examples), "final_loss": statistics.fmean(losses[-50:])}
+    if select is not None:
+        stats["selection"] = select.restore_best(model)
+    return stats
+
+
+class _Selection:
+    """The scores along a run and a CPU copy of the best checkpoint's weights."""
+
+    def __init__(self, scorer: Scorer, every: int):
+        self.scorer, self.every = scorer, every
+        self.curve: list[dict[str, float]] = []
+        self.best: tuple[float, int, dict[str, torch.Tensor]] | None = None
+
+    def score(self, model, step: int, loss: float) -> None:
+        model.eval()
+        with torch.no_grad():
+            value = float(self.scorer(model))
+        model.train()
+        self.curve.append({"step": step, "score": value, "loss": loss})
+        log.info("step %d: validation score %.3f (loss %.3f)", step, value, loss)
+        if self.best is None or value > self.best[0]:
+            self.best = (value, step, {k: v.detach().clone().cpu() for k, v in model.state_dict().items()})
+
+    def restore_best(self, model) -> dict[str, Any]:
+        value, step, state = self.best
+        model.load_state_dict(state)
+        model.eval()
+        return {"every": self.every, "best_step": step, "best_score": value, "curve": self.curve}
