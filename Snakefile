@@ -23,6 +23,7 @@ include: "workflow/rules/ahd.smk"
 rule all:
     default_target: True
     input:
+        expand(rules.check_models.output.check, model=[m for m, spec in MODELS.items() if spec.get("expect")]),
         rules.report_sudoku.output,
         rules.report_methods.output,
         rules.report_training_curves.output,
@@ -32,3 +33,14 @@ rule all:
         rules.report_memory.output if MEMORY_METHODS else [],
         rules.report_tool_agents.output if TA else [],
         rules.report_ahd.output if AHD else [],
+
+
+# The model checks warn in their logs; say it again where nobody can miss it.
+onsuccess:
+    for _f in sorted(Path(R, "checks").glob("*.json")):
+        _c = json.loads(_f.read_text())
+        for _r in _c.get("rows", []):
+            if not _r["within"]:
+                print(f"\nWARNING: base {_r['model']} scored {_r['value']:.3f} at H* {_r['horizon']}, outside the "
+                      f"expected {_r['expected']} ({_f}); see docs/tiny_recipe.md before reading the figures.\n",
+                      file=sys.stderr)

@@ -82,6 +82,13 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
             raise ConfigError(f"{source}: {where}: source 'hub' needs hub.repo_id and hub.revision")
         if m["source"] == "local" and not m.get("local_path"):
             raise ConfigError(f"{source}: {where}: source 'local' needs local_path")
+        # H* keys as strings: the form they take in every JSON record of the config
+        m["expect"] = {str(k): v for k, v in (m.get("expect") or {}).items()} or None
+        bad = sorted(set(m["expect"] or {}) - {str(h) for h in config["sudoku"]["horizons"]})
+        if bad:
+            raise ConfigError(f"{source}: {where}.expect: H* {bad} are not in sudoku.horizons (the base is evaluated there)")
+        if any(lo > hi for lo, hi in (m["expect"] or {}).values()):
+            raise ConfigError(f"{source}: {where}.expect: an interval is [low, high] with low <= high")
     return config
 
 

@@ -67,3 +67,23 @@ rule evaluate_rl:
         "esopt evaluate --config {input.config} --model {input.model} --benchmark sudoku "
         '--horizon {wildcards.horizon} --out {output.summary} --meta "{params.meta}" '
         "--rule {rule} > {log} 2>&1"
+
+
+# Does the base land in the interval README states for any machine (model.expect)?
+# Warns loudly (here and at the end of the run) when it does not; never fails the run.
+rule check_models:
+    input:
+        config=ancient(CONFIGFILE),  # reruns follow the config sections in params
+        summaries=lambda wc: [f"{R}/eval/{wc.model}/base/h{h}.json" for h in (MODELS[wc.model].get("expect") or {})],
+        code=code("check-models"),
+    output:
+        check=f"{R}/checks/{{model}}.json",
+    params:
+        settings=lambda wc: settings("check-models", name=wc.model),
+    log:
+        f"{LOGS}/check_models/{{model}}.log",
+    conda:
+        "../../envs/esopt.yaml"
+    shell:
+        "esopt check-models --config {input.config} --name {wildcards.model} --out {output.check} "
+        "--rule {rule} {input.summaries} > {log} 2>&1"

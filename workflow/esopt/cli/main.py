@@ -6,7 +6,7 @@ import importlib
 import sys
 
 COMMANDS = (
-    "build-model", "train-es", "train-rl", "evaluate", "memory",
+    "build-model", "train-es", "train-rl", "evaluate", "check-models", "memory",
     "prepare-data", "build-tool-model", "train-agent", "evaluate-agent",
     "build-ahd-model", "search-heuristics",
     "replay", "audit",

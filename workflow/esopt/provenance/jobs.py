@@ -79,7 +79,8 @@ def _build_model(c: Config, name: str | None = None, probe: bool = False) -> dic
     if probe:  # random weights of memory.probe's architecture, cast to model.dtype
         return {"memory": {"probe": section(c, "memory").get("probe")},
                 "model": {"dtype": section(c, "model").get("dtype")}}
-    return {"model": model_spec(c, name), "sudoku": sudoku_settings(c), "agent": section(c, "agent")}
+    # `expect` is what the check compares the base with, not how it is built
+    return {"model": without(model_spec(c, name), ("expect",)), "sudoku": sudoku_settings(c), "agent": section(c, "agent")}
 
 
 JOBS: dict[str, Job] = {
@@ -94,6 +95,8 @@ JOBS: dict[str, Job] = {
     "evaluate": Job("evaluate, sudoku (not horizons), agent",
                     lambda c: {"evaluate": section(c, "evaluate"), "sudoku": sudoku_settings(c),
                                "agent": section(c, "agent")}),
+    "check-models": Job("the model's expect intervals",
+                        lambda c, name=None: {"expect": model_spec(c, name or None).get("expect")}, {"name": "--name"}),
     "memory": Job("memory, sudoku (not horizons), rl (not methods, seeds), es (not the grid), agent",
                   lambda c: {"memory": section(c, "memory"), "sudoku": sudoku_settings(c), "rl": rl_settings(c),
                              "es": without(section(c, "es"), ES_GRID_KEYS), "agent": section(c, "agent")}),
