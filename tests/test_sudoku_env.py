@@ -22,14 +22,14 @@ SPARSE = SudokuTask(puzzle="1......2..4..3..", solution=SOLUTION, size=4, blanks
 
 
 def is_valid_solution(grid: str, size: int) -> bool:
-    b = {4: 2, 9: 3}[size]
+    h, w = {4: (2, 2), 6: (2, 3), 9: (3, 3)}[size]  # box rows x columns
     digits = set("123456789"[:size])
     rows = [grid[r * size : (r + 1) * size] for r in range(size)]
     cols = ["".join(row[c] for row in rows) for c in range(size)]
     boxes = [
-        "".join(rows[br * b + i][bc * b + j] for i in range(b) for j in range(b))
-        for br in range(b)
-        for bc in range(b)
+        "".join(rows[br * h + i][bc * w + j] for i in range(h) for j in range(w))
+        for br in range(size // h)
+        for bc in range(size // w)
     ]
     return all(set(unit) == digits for unit in rows + cols + boxes)
 
@@ -255,7 +255,7 @@ def test_parse_action_takes_first_match_unchecked(text, expected):
 
 @pytest.mark.parametrize(
     "size,blanks",
-    [(4, b) for b in range(1, 11)] + [(9, 5), (9, 15), (9, 30)],
+    [(4, b) for b in range(1, 11)] + [(6, 5), (6, 10), (6, 15), (6, 20), (9, 5), (9, 15), (9, 30)],
 )
 def test_generated_puzzles_have_exact_blanks_unique_consistent_solution(size, blanks):
     tasks = generate_puzzles(size, blanks, n=20, seed=1, split="train")
@@ -288,6 +288,27 @@ def test_train_and_eval_puzzles_are_disjoint_by_hash():
     # even the same seed of another split cannot leak: the hash decides membership
     other_seed = generate_puzzles(4, 4, n=300, seed=1, split="train")
     assert {t.puzzle for t in other_seed}.isdisjoint(t.puzzle for t in eval_)
+
+
+def test_the_validation_split_is_disjoint_from_train_and_eval():
+    valid = generate_puzzles(6, 10, n=200, seed=0, split="valid")
+    assert all(split_of(t.puzzle) == "valid" for t in valid)
+    for other in ("train", "eval"):
+        assert {t.puzzle for t in valid}.isdisjoint(t.puzzle for t in generate_puzzles(6, 10, n=200, seed=0, split=other))
+
+
+def test_6x6_boards_have_2x3_boxes():
+    from esopt.envs.sudoku import BOX, _box_index, instructions
+
+    assert BOX[6] == (2, 3)
+    # box 0 is rows 1-2 x columns 1-3, box 1 rows 1-2 x columns 4-6, box 2 rows 3-4 x columns 1-3
+    assert [_box_index(r, c, 6) for r, c in [(0, 0), (1, 2), (0, 3), (1, 5), (2, 0), (5, 5)]] == [0, 0, 1, 1, 2, 5]
+    # transposed, a 6x6 solution keeps its rows and columns but has 3x2 boxes: the rules see it
+    grid = generate_puzzles(6, 1, n=1, seed=0, split="train")[0].solution
+    transposed = "".join(grid[c * 6 + r] for r in range(6) for c in range(6))
+    assert is_valid_solution(grid, 6) and not is_valid_solution(transposed, 6)
+    assert solve_count(grid, 6) == 1 and solve_count(transposed, 6) == 0
+    assert "2x3 box" in instructions(6, "full")
 
 
 def test_task_id_is_sha256_prefix_of_puzzle():
@@ -334,3 +355,25 @@ def test_env_rejects_bad_constructor_args_naming_the_value(kwargs, named):
 def test_task_rejects_inconsistent_blank_count():
     with pytest.raises(ValueError):
         SudokuTask(puzzle=EASY.puzzle, solution=SOLUTION, size=4, blanks=3)
+
+
+def test_the_turn_budget_is_fixed_or_per_blank_never_both(tmp_path):
+    import yaml
+
+    from esopt.config import ConfigError, load_config, sudoku_max_turns
+
+    from conftest import SMOKE
+
+    raw = yaml.safe_load(SMOKE.read_text())
+    assert sudoku_max_turns(load_config(SMOKE), 3) == raw["sudoku"]["max_turns"]
+
+    def config(**sudoku):
+        path = tmp_path / "c.yaml"
+        path.write_text(yaml.safe_dump(raw | {"sudoku": {k: v for k, v in (raw["sudoku"] | sudoku).items() if v is not None}}))
+        return path
+
+    per_blank = load_config(config(max_turns=None, turns_per_blank=3))
+    assert [sudoku_max_turns(per_blank, h) for h in (2, 3)] == [6, 9]  # the authors' 3 x H*
+    for bad in (dict(turns_per_blank=3), dict(max_turns=None)):
+        with pytest.raises(ConfigError, match="exactly one of max_turns and turns_per_blank"):
+            load_config(config(**bad))
