@@ -377,3 +377,18 @@ def test_the_turn_budget_is_fixed_or_per_blank_never_both(tmp_path):
     for bad in (dict(turns_per_blank=3), dict(max_turns=None)):
         with pytest.raises(ConfigError, match="exactly one of max_turns and turns_per_blank"):
             load_config(config(**bad))
+
+
+def test_the_cells_observation_lists_every_empty_cell_in_action_form():
+    task = generate_puzzles(6, 5, n=1, seed=0, split="train")[0]
+    env = SudokuEnv(15, observation="cells")
+    obs = env.reset(task)
+    rows, cells = obs.splitlines()[:6], obs.splitlines()[6]
+    assert rows == SudokuEnv(15).reset(task).splitlines()  # the board as in the plain observation
+    listed = cells.removeprefix("empty ").split()
+    assert len(listed) == 5 and all(task.puzzle[(int(a[1]) - 1) * 6 + int(a[3]) - 1] == "." for a in listed)
+    r, c = int(listed[0][1]), int(listed[0][3])
+    obs, *_ = env.step(f"r{r}c{c}={task.solution[(r - 1) * 6 + c - 1]}")
+    assert obs.splitlines()[6] == "empty " + " ".join(listed[1:]) and obs.splitlines()[-1].startswith("placed")
+    with pytest.raises(ValueError, match="observation"):
+        SudokuEnv(15, observation="pixels")

@@ -73,6 +73,20 @@ def render(board: str, size: int) -> str:
     return "\n".join(board[i : i + size] for i in range(0, size * size, size))
 
 
+OBSERVATIONS = ("board", "cells")
+
+
+def observe(board: str, size: int, style: str = "board") -> str:
+    """What the agent sees of the board. "board": the rows; "cells": the rows, then the
+    empty cells in action form (the authors' prompt lists them as "Current empty
+    cells"), so choosing a cell is a copy and the model's work is the digit."""
+    if style == "board":
+        return render(board, size)
+    if style == "cells":
+        return render(board, size) + "\nempty " + " ".join(f"r{i // size + 1}c{i % size + 1}" for i, ch in enumerate(board) if ch == ".")
+    raise ValueError(f"observation {style!r}: expected one of {OBSERVATIONS}")
+
+
 SPLITS = ("train", "valid", "eval")
 
 
@@ -268,13 +282,16 @@ def expert_action(board: str, size: int, solution: str, order: str = "fewest") -
 class SudokuEnv:
     """One episode at a time; `step` takes raw model text and never raises on it."""
 
-    def __init__(self, max_turns: int, reward: str = "success"):
+    def __init__(self, max_turns: int, reward: str = "success", observation: str = "board"):
         if not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
         if reward not in ("success", "shaped"):
             raise ValueError(f"reward must be 'success' or 'shaped', got {reward!r}")
+        if observation not in OBSERVATIONS:
+            raise ValueError(f"observation must be one of {OBSERVATIONS}, got {observation!r}")
         self.max_turns = max_turns
         self.reward = reward
+        self.observation = observation
         self._task: SudokuTask | None = None
         self._board = ""
         self._done = True
@@ -298,7 +315,7 @@ class SudokuEnv:
         self._board = task.puzzle
         self._done = False
         self._turns = self._invalid = self._illegal = self._placed = 0
-        return render(self._board, task.size)
+        return observe(self._board, task.size, self.observation)
 
     def _judge(self, action: str) -> str:
         """Feedback line for `action`; applies it to the board when accepted."""
@@ -358,7 +375,7 @@ class SudokuEnv:
             "feedback": feedback,
         }
         # Board first: every cell keeps the same position in every observation.
-        return render(self._board, self._task.size) + "\n" + feedback, reward, self._done, info
+        return observe(self._board, self._task.size, self.observation) + "\n" + feedback, reward, self._done, info
 
 
 def instructions(size: int, style: str = "full") -> str:

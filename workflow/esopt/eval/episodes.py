@@ -24,6 +24,7 @@ class EpisodeSpec:
     sampling: Sampling
     batch_size: int | None = None
     thinking: bool = False  # agent.thinking: the chat template's enable_thinking
+    observation: str = "board"  # sudoku.observation: the board, or the board and its empty cells
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any], horizon: int, decoding: str, batch_size: int | None = None) -> "EpisodeSpec":
@@ -33,6 +34,7 @@ class EpisodeSpec:
             size=cfg["sudoku"]["size"], horizon=horizon, max_turns=sudoku_max_turns(cfg, horizon),
             reward=cfg["sudoku"]["reward"], prompt=cfg["sudoku"]["prompt"], history_turns=cfg["agent"]["history_turns"],
             sampling=sampling, batch_size=batch_size, thinking=cfg["agent"]["thinking"],
+            observation=cfg["sudoku"]["observation"],
         )
 
 
@@ -42,7 +44,7 @@ def run_episodes(model, tokenizer, spec: EpisodeSpec, n: int, seed: int, split: 
     `counters` accumulates the tokens run through the model (see agent.rollout.rollout)."""
     tasks = generate_puzzles(spec.size, spec.horizon, n, seed=seed, split=split)
     return rollout(
-        model, tokenizer, lambda: SudokuEnv(spec.max_turns, spec.reward), tasks,
+        model, tokenizer, lambda: SudokuEnv(spec.max_turns, spec.reward, spec.observation), tasks,
         system=instructions(spec.size, spec.prompt), sampling=spec.sampling, seed=seed, max_turns=spec.max_turns,
         history_turns=spec.history_turns, batch_size=spec.batch_size, counters=counters, thinking=spec.thinking,
     )
@@ -92,7 +94,7 @@ def sudoku_rl_rollouts(cfg: dict[str, Any], tokenizer, horizon: int, sampling: S
         n_tasks = r["ppo" if group == 1 else "grpo"]["tasks_per_step"]
         tasks = [t for t in generate_puzzles(s["size"], horizon, n_tasks, seed=task_seed, split="train") for _ in range(group)]
         return token_rollout(
-            policy, tokenizer, lambda: SudokuEnv(max_turns, s["reward"]), tasks, system=system, sampling=sampling,
+            policy, tokenizer, lambda: SudokuEnv(max_turns, s["reward"], s["observation"]), tasks, system=system, sampling=sampling,
             seed=sampling_seed, max_turns=max_turns, history_turns=a["history_turns"],
             max_total_tokens=r["max_total_tokens"], batch_size=r["batch_size"], counters=counters,
             thinking=a["thinking"], history_thinking=a["history_thinking"],

@@ -29,6 +29,7 @@ class SudokuDemos:
     seed: int
     prompt: str = "full"  # system prompt style
     expert: str = "fewest"  # which blank the demonstrator fills: "fewest" candidates or "first"
+    observation: str = "board"  # sudoku.observation
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any], warmstart: dict[str, Any]) -> "SudokuDemos":
@@ -36,7 +37,7 @@ class SudokuDemos:
         w = warmstart
         return cls(size=cfg["sudoku"]["size"], blanks=tuple(w["blanks"]), puzzles_per_blank=w["puzzles_per_blank"],
                    mistake_prob=w["mistake_prob"], history_turns=cfg["agent"]["history_turns"], seed=w["seed"],
-                   expert=w["expert"], prompt=cfg["sudoku"]["prompt"])
+                   expert=w["expert"], prompt=cfg["sudoku"]["prompt"], observation=cfg["sudoku"]["observation"])
 
 
 def _wrong_action(board: str, size: int, solution: str, rng: random.Random) -> str:
@@ -52,7 +53,7 @@ def demonstrations(ws: SudokuDemos) -> Iterator[list[dict[str, str]]]:
     rng = random.Random(derive_seed("demos", ws.seed))
     for blanks in ws.blanks:
         for task in generate_puzzles(ws.size, blanks, ws.puzzles_per_blank, seed=ws.seed, split="train"):
-            env = SudokuEnv(max_turns=4 * blanks + 4)
+            env = SudokuEnv(max_turns=4 * blanks + 4, observation=ws.observation)
             traj = Trajectory(task.id, system, env.reset(task))
             while not env.done:
                 if rng.random() < ws.mistake_prob:
