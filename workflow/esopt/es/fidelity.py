@@ -64,7 +64,8 @@ class Fidelity:
     @torch.no_grad()
     def add(self, group: str, old: torch.Tensor, new: torch.Tensor, intended: torch.Tensor) -> None:
         """One chunk: the weights before and after (parameter dtype) and the intended change δ (fp32)."""
-        realized = new.to(torch.float32, copy=True).sub_(old)  # in fp32; a copy: new may be the weights
+        realized = new.to(torch.float32, copy=True).sub_(old).view(-1)  # in fp32; a copy: new may be the weights
+        intended = intended.reshape(-1)
         s = self.sums.setdefault(group, _Sums())
         s.dot += float(torch.dot(realized, intended))
         s.realized_sq += float(torch.dot(realized, realized))
