@@ -368,8 +368,9 @@ class Perturber:
         """θ ← θ + Σ_i c_i·ε(seed_i), accumulated in fp32 and written once per chunk, rounded
         as `self.rounding` says; `fidelity` accumulates realized vs intended change.
 
-        The ES step passes c_i = (α / G)·R̂_i·sign_i. Extra memory: a few fp32 chunks
-        (the sum, θ + sum, rounding uniforms); fp32_master: its host copy.
+        The ES step passes c_i = (α / G)·R̂_i·sign_i. Extra memory: two fp32 chunks (nearest,
+        fp32_master; the master lives on the host), a few with stochastic (its uniforms and
+        neighbours); with `fidelity` two more (the kept sum and the realized change).
         """
         if self._active is not None:
             raise RuntimeError("refusing to update while a perturbation is active; revert first")
@@ -389,17 +390,18 @@ class Perturber:
                     acc = eps.mul_(c) if acc is None else acc.add_(eps, alpha=c)
                     del eps  # before the next member's chunk is drawn
                 seg = flat[a:b]
-                new = write(a, seg, acc)
+                new = write(a, seg, acc.clone() if fidelity is not None else acc)  # write may overwrite it
                 if fidelity is not None:
                     fidelity.add(self.groups[name], seg, new, acc)
                 seg.copy_(new)
                 del acc, new
 
     def _writer(self, name: str, p: torch.Tensor, seeds: Sequence[int]):
-        """(start, θ chunk, fp32 sum chunk) -> the chunk's new values in p's dtype, for self.rounding."""
+        """(start, θ chunk, fp32 sum chunk) -> the chunk's new values in p's dtype, for self.rounding;
+        the sum chunk may be overwritten."""
         if p.dtype not in COARSE or self.rounding == "nearest":
             # θ + acc in fp32 (a sum is commutative, bit for bit), rounded to nearest once
-            return lambda a, seg, acc: torch.add(acc, _fp32_operand(seg)).to(p.dtype)
+            return lambda a, seg, acc: acc.add_(_fp32_operand(seg)).to(p.dtype)
         if self.rounding == "fp32_master":
             return lambda a, seg, acc: self.master.add(name, a, acc).to(p.dtype)
         gen = torch.Generator(device=p.device)
@@ -407,7 +409,7 @@ class Perturber:
 
         def stochastic(a: int, seg: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:
             u = torch.rand(acc.numel(), generator=gen, device=acc.device)  # drawn chunk by chunk, in order
-            return stochastic_round(torch.add(acc, seg), p.dtype, u)
+            return stochastic_round(acc.add_(seg), p.dtype, u)
 
         return stochastic
 

@@ -44,9 +44,10 @@ def rounding_seed(member_seeds: Sequence[int], name: str) -> int:
 
 def stochastic_round(x: torch.Tensor, dtype: torch.dtype, u: torch.Tensor) -> torch.Tensor:
     """x (fp32) rounded to one of its two neighbours in dtype, the far one with probability
-    |x − nearest| / spacing, decided by uniforms u in [0, 1): unbiased, E[result] = x."""
+    |x − nearest| / spacing, decided by uniforms u in [0, 1): unbiased, E[result] = x.
+    x is overwritten."""
     near = x.to(dtype)
-    rest = x - near  # exact: the rounding error of a coarser format is an fp32 value
+    rest = x.sub_(near)  # exact: the rounding error of a coarser format is an fp32 value
     toward = torch.where(rest > 0, float("inf"), float("-inf")).to(dtype)
     side = torch.nextafter(near, toward)  # the neighbour on x's side of near
     p = rest.div_(side.float().sub_(near))  # in [0, 1/2]; NaN at ±inf, never taken
