@@ -30,13 +30,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from esopt.config import load_config  # noqa: E402
-from esopt.es.fidelity import GROUPS, Fidelity  # noqa: E402
-from esopt.es.noise import noise_chunks  # noqa: E402
-from esopt.es.normalize import normalize_rewards  # noqa: E402
-from esopt.es.perturb import Perturber  # noqa: E402
-from esopt.es.rounding import ROUNDINGS  # noqa: E402
-from esopt.seeding import derive_seed  # noqa: E402
+from esopt.config import load_config
+from esopt.es.fidelity import GROUPS, Fidelity
+from esopt.es.noise import noise_chunks
+from esopt.es.normalize import normalize_rewards
+from esopt.es.perturb import Perturber
+from esopt.es.rounding import ROUNDINGS
+from esopt.seeding import derive_seed
 
 
 class Synthetic(torch.nn.Module):
@@ -70,8 +70,8 @@ def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def cumulative(perturber: Perturber, start: dict, now: dict, intended: dict) -> dict[str, dict[str, float]]:
     """Fidelity of θ_K − θ_0 against Σ_t intended, per group."""
     f = Fidelity()
-    for n in start:
-        f.add(perturber.groups[n], start[n], now[n], intended[n])
+    for n, before in start.items():
+        f.add(perturber.groups[n], before, now[n], intended[n])
     return f.summary()
 
 

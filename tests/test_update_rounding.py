@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-
 from test_es_optimizer import bitwise_equal, quadratic_fitness, small_net, snapshot
 
 from esopt.es import ESConfig, ESTrainer, History, Perturber, SigmaSchedule
@@ -180,7 +179,7 @@ def test_fidelity_on_a_hand_computable_case():
 def test_update_fidelity_matches_a_dense_reference(rounding):
     net = small_net(torch.bfloat16)
     p = Perturber(net, rounding=rounding)
-    before = dict((k, v.float()) for k, v in snapshot(net).items())
+    before = {k: v.float() for k, v in snapshot(net).items()}
     seeds, coefs = [1, 2, 3], [2e-3, -1e-3, 5e-4]
     f = Fidelity()
     p.update(seeds, coefs, fidelity=f)
@@ -211,7 +210,7 @@ def test_generation_records_carry_fidelity_per_group_and_metrics_flatten_it():
 
 @pytest.mark.parametrize("rounding", ROUNDINGS)
 def test_resume_after_interruption_matches_uninterrupted_run(tmp_path, rounding):
-    net, tr = bf16_trainer(rounding, tmp_path, generations=6)
+    _, tr = bf16_trainer(rounding, tmp_path, generations=6)
     for t in range(3):  # an interrupted run: 3 generations saved
         tr.history.generations.append(tr.step(t))
         tr.history.save(tmp_path / "h.json")

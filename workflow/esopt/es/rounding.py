@@ -21,7 +21,7 @@ every option writes them (and other dtypes) as `nearest` does.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

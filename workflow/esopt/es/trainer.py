@@ -20,17 +20,18 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
 from esopt.es.distributed import Collective
+from esopt.es.fidelity import Fidelity
 from esopt.es.history import GenerationRecord, History
 from esopt.es.normalize import normalize_rewards
-from esopt.es.fidelity import Fidelity
 from esopt.es.perturb import Perturber
 from esopt.es.rounding import check_rounding
 from esopt.es.schedule import SigmaSchedule
@@ -62,7 +63,7 @@ class ESConfig:
             )
 
     @classmethod
-    def from_settings(cls, es: dict[str, Any], population: int, seed: int) -> "ESConfig":
+    def from_settings(cls, es: dict[str, Any], population: int, seed: int) -> ESConfig:
         """From one run's es settings (esopt.config.es_settings / tool_es_settings):
         generations, alpha, sigma {schedule, sigma0, sigmaT}, antithetic, normalization,
         update_rounding (nearest where the section has none, e.g. tool_agents.es)."""
