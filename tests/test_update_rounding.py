@@ -254,3 +254,20 @@ def test_es_config_names_the_rounding_and_reads_it_from_settings():
           "normalization": "zscore"}
     assert ESConfig.from_settings(es, 4, 0).update_rounding == "nearest"
     assert ESConfig.from_settings({**es, "update_rounding": "fp32_master"}, 4, 0).update_rounding == "fp32_master"
+
+
+def test_a_history_from_before_the_option_resumes_as_nearest(tmp_path):
+    _, tr = bf16_trainer("nearest", tmp_path, generations=4)
+    for t in range(2):
+        tr.history.generations.append(tr.step(t))
+    del tr.history.run["es"]["update_rounding"]  # as histories were written before es.update_rounding
+    tr.history.save(tmp_path / "h.json")
+    resumed, tr2 = bf16_trainer("nearest", tmp_path, generations=4)
+    tr2.run()
+    (tmp_path / "h.json").unlink()
+    whole, tr3 = bf16_trainer("nearest", tmp_path, generations=4)
+    tr3.run()
+    assert weights_sha256(resumed) == weights_sha256(whole)
+    tr.history.save(tmp_path / "h.json")  # the old history again: another rounding may not resume it
+    with pytest.raises(ValueError, match="different run"):
+        bf16_trainer("stochastic", tmp_path, generations=4)[1].run()

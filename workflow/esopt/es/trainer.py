@@ -128,6 +128,8 @@ class ESTrainer:
         if self.history_path is None or not Path(self.history_path).exists():
             return 0
         old = History.load(self.history_path)
+        if isinstance(old.run.get("es"), dict):  # histories from before the option rounded to nearest
+            old.run["es"].setdefault("update_rounding", "nearest")
         if old.run != self.history.run:
             diff = {k for k in set(old.run) | set(self.history.run) if old.run.get(k) != self.history.run.get(k)}
             raise ValueError(
