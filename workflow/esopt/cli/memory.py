@@ -93,6 +93,8 @@ def main_fn(args: argparse.Namespace) -> int:
             return s["mean_reward"], {}
 
         trainer = ESTrainer(model, es_cfg, fitness, progress=False)
+        # es.update_rounding fp32_master keeps an fp32 copy on the host, outside the device peak
+        breakdown["fp32_master_host_bytes"] = trainer.perturber.master_bytes
 
         def run():
             rec = trainer.step(0)

@@ -26,7 +26,7 @@ def replay(base: str, history_path: str, out: str | None) -> dict:
     want_base = history.run.get("base_weights_sha256")
     if want_base and want_base != base_hash:
         raise ValueError(f"{base} is not the base model of {history_path} (weights hash {base_hash[:12]}, history expects {want_base[:12]})")
-    history.replay(Perturber(model))
+    history.replay(Perturber(model, rounding=history.update_rounding))  # as the run wrote its updates
     got = weights_sha256(model)
     want = (history.final or {}).get("weights_sha256")
     if out:

@@ -37,7 +37,9 @@ from typing import NamedTuple, Sequence
 
 import torch
 
+from esopt.es.fidelity import Fidelity, param_groups
 from esopt.es.noise import CHUNK, noise_chunks
+from esopt.es.rounding import COARSE, Fp32Master, check_rounding, rounding_seed, stochastic_round
 
 # Elements processed at once within a noise chunk, by device type. On CPU small pieces
 # stay in cache and reuse their scratch buffers; on an accelerator each piece costs
@@ -274,9 +276,11 @@ class Perturber:
 
     At most one perturbation is active; `update` is refused while perturbed;
     `apply` of the active perturbation and `revert` when clean are no-ops.
+    `rounding` says how `update` writes its fp32 result (esopt.es.rounding); with
+    fp32_master the master is taken from the module's weights now.
     """
 
-    def __init__(self, module: torch.nn.Module, chunk: int = CHUNK):
+    def __init__(self, module: torch.nn.Module, chunk: int = CHUNK, rounding: str = "nearest"):
         # named_parameters() drops duplicates, so tied weights are perturbed once.
         self.params: list[tuple[str, torch.Tensor]] = [
             (name, p) for name, p in module.named_parameters() if p.is_floating_point()
@@ -284,6 +288,9 @@ class Perturber:
         if not self.params:
             raise ValueError("module has no floating-point parameters to perturb")
         self.chunk = chunk
+        self.rounding = check_rounding(rounding)
+        self.groups = param_groups(module)  # linear / norm / embedding, for the fidelity metrics
+        self.master = Fp32Master(self.params) if rounding == "fp32_master" else None
         self._active: _Active | None = None
         self._stored = 0  # elements with information held for the active perturbation
 
@@ -322,8 +329,8 @@ class Perturber:
                 del eps, delta  # before the next chunk is drawn
 
     @torch.no_grad()
-    def apply(self, seed: int, scale: float) -> None:
-        """θ ← θ + scale·ε(seed), with scale = σ·sign."""
+    def apply(self, seed: int, scale: float, fidelity: Fidelity | None = None) -> None:
+        """θ ← θ + scale·ε(seed), with scale = σ·sign; `fidelity` accumulates realized vs intended."""
         if self._active is not None:
             if (self._active.seed, self._active.scale) == (seed, scale):
                 return
@@ -333,7 +340,10 @@ class Perturber:
         pieces: dict[tuple[str, int], _Piece] = {}
         stored = 0
         for name, s, orig, delta, scratch in self._pieces(seed, scale):
+            before = orig.clone() if fidelity is not None else None  # one piece, not a model copy
             piece, n = _apply_piece(orig, delta, scratch)
+            if before is not None:
+                fidelity.add(self.groups[name], before, orig, delta)
             if piece is not None:
                 pieces[name, s] = piece
             stored += n
@@ -354,10 +364,13 @@ class Perturber:
         self._stored = 0
 
     @torch.no_grad()
-    def update(self, seeds: Sequence[int], coefficients: Sequence[float]) -> None:
-        """θ ← θ + Σ_i c_i·ε(seed_i), accumulated in fp32 and written once per chunk.
+    def update(self, seeds: Sequence[int], coefficients: Sequence[float], fidelity: Fidelity | None = None) -> None:
+        """θ ← θ + Σ_i c_i·ε(seed_i), accumulated in fp32 and written once per chunk, rounded
+        as `self.rounding` says; `fidelity` accumulates realized vs intended change.
 
-        The ES step passes c_i = (α / G)·R̂_i·sign_i. Extra memory: two fp32 chunks.
+        The ES step passes c_i = (α / G)·R̂_i·sign_i. Extra memory: two fp32 chunks (nearest,
+        fp32_master; the master lives on the host), a few with stochastic (its uniforms and
+        neighbours); with `fidelity` two more (the kept sum and the realized change).
         """
         if self._active is not None:
             raise RuntimeError("refusing to update while a perturbation is active; revert first")
@@ -369,13 +382,38 @@ class Perturber:
         for name, p in self.params:
             flat = p.data.view(-1)
             streams = [noise_chunks(s, name, flat.numel(), p.device, self.chunk) for s, _ in members]
+            write = self._writer(name, p, seeds)
             for a in range(0, flat.numel(), self.chunk):
                 acc = None
                 for stream, (_, c) in zip(streams, members):
                     _, b, eps = next(stream)
                     acc = eps.mul_(c) if acc is None else acc.add_(eps, alpha=c)
                     del eps  # before the next member's chunk is drawn
-                # θ + acc in fp32 (a sum is commutative, bit for bit), rounded once, in place
                 seg = flat[a:b]
-                seg.copy_(acc.add_(_fp32_operand(seg)))
-                del acc
+                new = write(a, seg, acc.clone() if fidelity is not None else acc)  # write may overwrite it
+                if fidelity is not None:
+                    fidelity.add(self.groups[name], seg, new, acc)
+                seg.copy_(new)
+                del acc, new
+
+    def _writer(self, name: str, p: torch.Tensor, seeds: Sequence[int]):
+        """(start, θ chunk, fp32 sum chunk) -> the chunk's new values in p's dtype, for self.rounding;
+        the sum chunk may be overwritten."""
+        if p.dtype not in COARSE or self.rounding == "nearest":
+            # θ + acc in fp32 (a sum is commutative, bit for bit), rounded to nearest once
+            return lambda a, seg, acc: acc.add_(_fp32_operand(seg)).to(p.dtype)
+        if self.rounding == "fp32_master":
+            return lambda a, seg, acc: self.master.add(name, a, acc).to(p.dtype)
+        gen = torch.Generator(device=p.device)
+        gen.manual_seed(rounding_seed(seeds, name))
+
+        def stochastic(a: int, seg: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:
+            u = torch.rand(acc.numel(), generator=gen, device=acc.device)  # drawn chunk by chunk, in order
+            return stochastic_round(acc.add_(seg), p.dtype, u)
+
+        return stochastic
+
+    @property
+    def master_bytes(self) -> int:
+        """Host bytes of the fp32 master (0 unless rounding is fp32_master)."""
+        return 0 if self.master is None else self.master.nbytes

@@ -3,8 +3,12 @@
 Each generation t:
   1. σ_t from the schedule; G member seeds from the run seed (antithetic: ±ε pairs);
   2. for each member: θ ← θ + σ_t·s_i·ε_i in place, R_i = fitness(same task batch), revert;
-  3. R̂ = normalize(R); θ ← θ + (α/G) Σ_i R̂_i·s_i·ε_i, regenerated from seeds;
+  3. R̂ = normalize(R); θ ← θ + (α/G) Σ_i R̂_i·s_i·ε_i, regenerated from seeds, accumulated
+     in fp32 and rounded to the weights' dtype as cfg.update_rounding says;
   4. history.json written atomically, so a killed run resumes exactly.
+
+Each record carries the fidelity of the update and of member 0's perturbation (cosine of
+realized vs intended change and fraction of entries changed, per parameter group).
 
 With a `Collective` of several ranks (esopt.es.distributed) each rank evaluates its
 share of the members and the rewards are all-gathered; every rank applies the same
@@ -16,17 +20,20 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
 from esopt.es.distributed import Collective
+from esopt.es.fidelity import Fidelity
 from esopt.es.history import GenerationRecord, History
 from esopt.es.normalize import normalize_rewards
 from esopt.es.perturb import Perturber
+from esopt.es.rounding import check_rounding
 from esopt.es.schedule import SigmaSchedule
 from esopt.seeding import derive_seed
 
@@ -42,8 +49,10 @@ class ESConfig:
     antithetic: bool = False  # mirrored ±ε pairs (G must be even)
     normalization: str = "zscore"  # or "centered_rank"
     seed: int = 0
+    update_rounding: str = "nearest"  # or "stochastic", "fp32_master" (esopt.es.rounding)
 
     def __post_init__(self) -> None:
+        check_rounding(self.update_rounding)
         if self.population < 2:
             raise ValueError(f"population must be >= 2, got {self.population}")
         if self.antithetic and self.population % 2:
@@ -54,13 +63,15 @@ class ESConfig:
             )
 
     @classmethod
-    def from_settings(cls, es: dict[str, Any], population: int, seed: int) -> "ESConfig":
+    def from_settings(cls, es: dict[str, Any], population: int, seed: int) -> ESConfig:
         """From one run's es settings (esopt.config.es_settings / tool_es_settings):
-        generations, alpha, sigma {schedule, sigma0, sigmaT}, antithetic, normalization."""
+        generations, alpha, sigma {schedule, sigma0, sigmaT}, antithetic, normalization,
+        update_rounding (nearest where the section has none, e.g. tool_agents.es)."""
         s = es["sigma"]
         return cls(population=population, generations=es["generations"], alpha=es["alpha"],
                    sigma=SigmaSchedule(s["schedule"], s["sigma0"], s.get("sigmaT"), es["generations"]),
-                   antithetic=es["antithetic"], normalization=es["normalization"], seed=seed)
+                   antithetic=es["antithetic"], normalization=es["normalization"], seed=seed,
+                   update_rounding=es.get("update_rounding", "nearest"))
 
     def as_record(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,17 +116,20 @@ class ESTrainer:
     collective: Collective = field(default_factory=Collective)  # ranks sharing the population
 
     def __post_init__(self) -> None:
-        self.perturber = Perturber(self.model)
+        self.perturber = Perturber(self.model, rounding=self.cfg.update_rounding)
         self.history = History(run={"es": self.cfg.as_record(), **self.run_info})
 
     def resume(self) -> int:
         """Load history_path if present, check it belongs to this run, replay its updates.
 
-        The model must hold the base weights. Returns the number of generations done.
+        The model must hold the base weights (with fp32_master, the master was taken from
+        them and is rebuilt by the same replay). Returns the number of generations done.
         """
         if self.history_path is None or not Path(self.history_path).exists():
             return 0
         old = History.load(self.history_path)
+        if isinstance(old.run.get("es"), dict):  # histories from before the option rounded to nearest
+            old.run["es"].setdefault("update_rounding", "nearest")
         if old.run != self.history.run:
             diff = {k for k in set(old.run) | set(self.history.run) if old.run.get(k) != self.history.run.get(k)}
             raise ValueError(
@@ -137,8 +151,9 @@ class ESTrainer:
         seeds, signs = member_seeds(self.cfg, t)
         tseed = task_seed(self.cfg, t)
         mine: dict[int, tuple[float, dict[str, Any]]] = {}
+        perturbation = Fidelity()  # member 0's, on rank 0 (which writes the history): one is enough to see
         for i in self.collective.members(self.cfg.population):
-            self.perturber.apply(seeds[i], sigma * signs[i])
+            self.perturber.apply(seeds[i], sigma * signs[i], fidelity=perturbation if i == 0 else None)
             try:
                 r, info = self.fitness(Member(t, i, seeds[i], signs[i], sigma, tseed))
             finally:
@@ -154,8 +169,10 @@ class ESTrainer:
             signs=signs, rewards=rewards, normalized=z, normalization=self.cfg.normalization,
             updated=any(v != 0.0 for v in z), wall_s=0.0, member_info=infos,
         )
+        update = Fidelity()
         if rec.updated:
-            self.perturber.update(rec.seeds, rec.coefficients())
+            self.perturber.update(rec.seeds, rec.coefficients(), fidelity=update)
+        rec.fidelity = {"update": update.summary(), "perturbation": perturbation.summary()}
         rec.wall_s = time.perf_counter() - start
         return rec
 

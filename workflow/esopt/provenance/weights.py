@@ -6,7 +6,8 @@ visible). ES noise is drawn per device type: a GPU run is replayed on a GPU, and
 skipped with a message where there is none, with the run's torch thread count.
 Models with more than `max_replay_params` parameters skip the weight checks with a
 message (run `esopt replay` where the model fits); small ones are compared bit for
-bit, no tolerance.
+bit, no tolerance. The replay rounds updates as the run did (the history's
+es.update_rounding: nearest, stochastic or fp32_master).
 """
 
 from __future__ import annotations
@@ -192,12 +193,14 @@ class WeightChecks:
                                         "available to replay it", rp))
                 else:
                     log.info("replaying %d generations of %s on %s", n_gen, targets["replay"], device)
-                    history.replay(Perturber(model))
+                    history.replay(Perturber(model, rounding=history.update_rounding))
                     got = weights_sha256(model)
                     ok = got == rec["final_weights_sha256"]
-                    detail = f"{n_gen} generations on {device} → {_short(got)}, as saved"
+                    how = f"{n_gen} generations on {device}" + (
+                        f" ({history.update_rounding} rounding)" if history.update_rounding != "nearest" else "")
+                    detail = f"{how} → {_short(got)}, as saved"
                     if not ok:
-                        detail = (f"{n_gen} generations on {device} → {_short(got)}, "
+                        detail = (f"{how} → {_short(got)}, "
                                   f"the run saved {_short(rec['final_weights_sha256'])}" + self._drift(rec))
                     checks.append(Check("replay", targets["replay"], "ok" if ok else "fail", detail, rp))
             del model
