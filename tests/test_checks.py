@@ -174,3 +174,18 @@ def test_a_new_interval_reruns_the_check_and_rebuilds_no_model(tmp_path):
         assert settings(command, a) == settings(command, b)
         assert "expect" not in settings(command, a)["model"]
         assert settings("check-models", a, name=name) != settings("check-models", b, name=name)
+
+
+def test_a_summary_of_a_trained_run_is_refused(tmp_path):
+    from esopt.config import load_config, named_model
+    from esopt.eval.checks import check_model
+    import pytest
+
+    cfg = load_config(_smoke_with(tmp_path, tools={"math/dapo": [0, 1]}, ahd={"construct_tsp": [0, 1]}))
+    esopt_run = json.loads(_tool_summary(tmp_path, "math", "dapo", 0.3).read_text())
+    esopt_run["meta"]["method"] = "esopt"
+    with pytest.raises(ValueError, match="not of the base"):
+        check_model(*named_model(cfg, "smoke-qwen35-tools"), [esopt_run])
+    with_es = {**json.loads(_writer_result(tmp_path, "construct_tsp", 0, 0.9).read_text()), "es": True}
+    with pytest.raises(ValueError, match="not of the base"):
+        check_model(*named_model(cfg, "smoke-qwen35-ahd"), [with_es])

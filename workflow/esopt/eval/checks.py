@@ -40,13 +40,16 @@ class Measure:
     where: Callable[[dict[str, Any]], Any]  # a summary -> its key
     count: Callable[[dict[str, Any]], int | None]  # episodes or samples behind the value
     shown: str  # how a message names the key
+    of_base: Callable[[dict[str, Any]], bool] = lambda s: True  # is the summary one of the base?
 
 
 MEASURES: dict[str, Measure] = {
     "sudoku": Measure("success", "horizon", lambda s: s["horizon"], lambda s: s.get("episodes"), "H* {}"),
     "tools": Measure("mean_at_k", "set", lambda s: f"{s['benchmark']}/{s['meta']['dataset']}",
-                     lambda s: s["k"] * s["tasks"] if "k" in s and "tasks" in s else None, "set {}"),
-    "ahd": Measure("valid_rate", "task", lambda s: s["task"], lambda s: s.get("samples"), "task {}"),
+                     lambda s: s["k"] * s["tasks"] if "k" in s and "tasks" in s else None, "set {}",
+                     lambda s: s["meta"].get("method") == "no_skill" and not s.get("skill")),
+    "ahd": Measure("valid_rate", "task", lambda s: s["task"], lambda s: s.get("samples"), "task {}",
+                   lambda s: s.get("search") == "sample" and not s.get("es")),
 }
 
 
@@ -74,6 +77,10 @@ def check_rows(summaries: Iterable[dict[str, Any]], expect: dict[Any, list[float
 def check_model(kind: str, spec: dict[str, Any], summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """The check of one base (a model block of `kind`) on the pipeline's summaries of it."""
     expect = spec.get("expect") or {}
+    not_base = [s for s in summaries if not MEASURES[kind].of_base(s)]
+    if not_base:  # a trained model's or ES run's result would check the wrong thing
+        raise ValueError(f"model {spec['name']}: {len(not_base)} of the summaries are not of the base "
+                         f"({'no skill' if kind == 'tools' else 'Sample without ES'})")
     rows = check_rows(summaries, expect, spec["name"], kind)
     missing = sorted(set(map(str, expect)) - {str(r[MEASURES[kind].label]) for r in rows})
     if missing:
