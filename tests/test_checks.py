@@ -189,3 +189,14 @@ def test_a_summary_of_a_trained_run_is_refused(tmp_path):
     with_es = {**json.loads(_writer_result(tmp_path, "construct_tsp", 0, 0.9).read_text()), "es": True}
     with pytest.raises(ValueError, match="not of the base"):
         check_model(*named_model(cfg, "smoke-qwen35-ahd"), [with_es])
+
+
+def test_a_tool_model_named_like_the_main_model_is_a_config_error(tmp_path):
+    from esopt.config import ConfigError, load_config
+    import pytest
+
+    cfg = yaml.safe_load(SMOKE.read_text())
+    cfg["tool_agents"]["model"]["name"] = cfg["model"]["name"]  # one directory results/models/NAME for two models
+    (tmp_path / "same.yaml").write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ConfigError, match="must be unique"):
+        load_config(tmp_path / "same.yaml")

@@ -144,19 +144,16 @@ def all_models(config: dict[str, Any]) -> list[dict[str, Any]]:
     return [config["model"], *((config.get("population_study") or {}).get("models") or [])]
 
 
-# What each kind of model is the base of: the Sudoku methods, the tool agents, heuristic design.
-MODEL_KINDS = ("sudoku", "tools", "ahd")
-
-
 def checked_models(config: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
     """Every model block the pipeline builds or fetches, by name, with its kind:
     `model` and population_study.models ("sudoku"), tool_agents.model ("tools"),
-    ahd.model ("ahd"). Tool agents or a writer without a block of their own use `model`."""
+    ahd.model ("ahd"). Tool agents or a writer without a block of their own use `model`;
+    the names are unique (validate_config)."""
     out = {m["name"]: ("sudoku", m) for m in all_models(config)}
     for kind, sec in (("tools", "tool_agents"), ("ahd", "ahd")):
         m = (config.get(sec) or {}).get("model")
         if m:
-            out.setdefault(m["name"], (kind, m))
+            out[m["name"]] = (kind, m)
     return out
 
 
