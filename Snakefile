@@ -24,6 +24,8 @@ rule all:
     default_target: True
     input:
         expand(rules.check_models.output.check, model=[m for m, spec in MODELS.items() if spec.get("expect")]),
+        rules.check_tool_model.output if TOOL_EXPECT else [],
+        rules.check_ahd_model.output if AHD_EXPECT else [],
         rules.report_sudoku.output,
         rules.report_methods.output,
         rules.report_training_curves.output,
@@ -41,6 +43,6 @@ onsuccess:
         _c = json.loads(_f.read_text())
         for _r in _c.get("rows", []):
             if not _r["within"]:
-                print(f"\nWARNING: base {_r['model']} scored {_r['value']:.3f} at H* {_r['horizon']}, outside the "
+                print(f"\nWARNING: base {_r['model']} scored {_r['metric']} {_r['value']:.3f} at {_r['where']}, outside the "
                       f"expected {_r['expected']} ({_f}); see docs/tiny_recipe.md before reading the figures.\n",
                       file=sys.stderr)

@@ -64,9 +64,12 @@ REPORTS = {f"report_{r}": 1 for r in ("sudoku", "methods", "training_curves", "p
                                       "wall_clock", "memory", "tool_agents", "ahd")}
 # tool agents: math (train, dapo, aime) and docvqa (train, docvqa) sets, the tiny tool model,
 # 4 trained methods x 2 benchmarks x 1 seed, No Skill and every run on the 3 evaluation sets
-TOOL_JOBS = {"prepare_data": 5, "build_tool_model": 1, "train_agent": 8, "evaluate_agent_base": 3, "evaluate_agent": 12}
-# heuristic design: the tiny writer, construct_tsp x (EoH, Sample) x 1 budget x (base, ESOpt) x 1 repetition
-AHD_JOBS = {"build_ahd_model": 1, "search_heuristics": 4}
+# and the tool model's check (tool_agents.model.expect)
+TOOL_JOBS = {"prepare_data": 5, "build_tool_model": 1, "train_agent": 8, "evaluate_agent_base": 3, "evaluate_agent": 12,
+             "check_tool_model": 1}
+# heuristic design: the tiny writer, construct_tsp x (EoH, Sample) x 1 budget x (base, ESOpt) x 1 repetition,
+# and the writer's check (ahd.model.expect)
+AHD_JOBS = {"build_ahd_model": 1, "search_heuristics": 4, "check_ahd_model": 1}
 
 
 def test_dry_run_plans_the_grid(workdir):
@@ -74,10 +77,10 @@ def test_dry_run_plans_the_grid(workdir):
     # smoke grid: 2 horizons x 1 population x 1 seed, ESOpt evaluated at every horizon;
     # Vanilla ES at both horizons and sigma_T = 0 at H*=3, at their own horizon;
     # population study at H*=3, G 2 and 4, two model sizes (main model G=4 is the main run);
-    # GRPO (T 0.7 and T 1) and PPO at 2 horizons x 1 seed; 4 memory probes
+    # GRPO (T 0.7 and T 1) and PPO at 2 horizons x 1 seed; 4 memory probes; the main base's check
     assert jobs == {"all": 1, "build_model": 2, "build_probe_model": 1, "evaluate_base": 3, "train_es": 8,
-                    "evaluate_es": 10, "train_rl": 6, "evaluate_rl": 6, "memory": 4, **TOOL_JOBS, **AHD_JOBS,
-                    **REPORTS, "total": 84}
+                    "evaluate_es": 10, "train_rl": 6, "evaluate_rl": 6, "memory": 4, "check_models": 1,
+                    **TOOL_JOBS, **AHD_JOBS, **REPORTS, "total": 87}
 
 
 def test_paper_config_plans_the_papers_grid(workdir):
@@ -179,7 +182,7 @@ def test_every_job_lists_exactly_the_code_its_command_imports(workdir):
     smk(workdir)
     ran = job_metadata(workdir)
     assert {m["rule"] for m in ran.values()} == set(REPORTS) | {"build_model", "build_probe_model", "evaluate_base",
-        "train_es", "evaluate_es", "train_rl", "evaluate_rl", "memory", *TOOL_JOBS, *AHD_JOBS}
+        "train_es", "evaluate_es", "train_rl", "evaluate_rl", "memory", "check_models", *TOOL_JOBS, *AHD_JOBS}
     imported = {cmd: package_files(jobs.code_files(cmd), ROOT) for cmd in {command_of(c, workdir) for c in ran}}
     listed = {c: package_files(m["input"], workdir) for c, m in ran.items()}
     for shellcmd, files in listed.items():
@@ -214,7 +217,7 @@ def test_the_audit_reads_the_settings_the_rule_passed(workdir):
         assert view in [ast.literal_eval(p) for p in meta["params"]], (meta["rule"], prov)
         checked.add(meta["rule"])
     assert checked == {"build_model", "build_probe_model", "evaluate_base", "train_es", "evaluate_es", "train_rl",
-                       "evaluate_rl", "memory", *TOOL_JOBS, *AHD_JOBS}
+                       "evaluate_rl", "memory", "check_models", *TOOL_JOBS, *AHD_JOBS}
 
 
 def downstream(ran: dict[str, dict], start: set[str]) -> set[str]:

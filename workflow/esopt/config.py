@@ -82,14 +82,35 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
             raise ConfigError(f"{source}: {where}: source 'hub' needs hub.repo_id and hub.revision")
         if m["source"] == "local" and not m.get("local_path"):
             raise ConfigError(f"{source}: {where}: source 'local' needs local_path")
-        # H* keys as strings: the form they take in every JSON record of the config
-        m["expect"] = {str(k): v for k, v in (m.get("expect") or {}).items()} or None
-        bad = sorted(set(m["expect"] or {}) - {str(h) for h in config["sudoku"]["horizons"]})
-        if bad:
-            raise ConfigError(f"{source}: {where}.expect: H* {bad} are not in sudoku.horizons (the base is evaluated there)")
-        if any(lo > hi for lo, hi in (m["expect"] or {}).values()):
-            raise ConfigError(f"{source}: {where}.expect: an interval is [low, high] with low <= high")
+        _check_expect(m, f"{source}: {where}.expect", {str(h) for h in config["sudoku"]["horizons"]},
+                      "H* {bad} are not in sudoku.horizons (the base is evaluated there)")
+    ta = config.get("tool_agents") or {}
+    if ta.get("model"):
+        sets = {f"{b}/{d}" for b, spec in ta["benchmarks"].items() for d in spec.get("eval", {})}
+        _check_expect(ta["model"], f"{source}: tool_agents.model.expect", sets,
+                      "{bad} are not evaluation sets BENCHMARK/SET of tool_agents.benchmarks")
+    ahd = config.get("ahd") or {}
+    if ahd.get("model"):
+        _check_expect(ahd["model"], f"{source}: ahd.model.expect", set(ahd["tasks"]), "{bad} are not in ahd.tasks")
+        if ahd["model"]["expect"] and "sample" not in ahd["searches"]:
+            raise ConfigError(f"{source}: ahd.model.expect is checked on the Sample runs of the base writer, "
+                              "but ahd.searches has no 'sample'")
+    names = [m["name"] for m in all_models(config)] + [m["name"] for m in (ta.get("model"), ahd.get("model")) if m]
+    if len(set(names)) != len(names):  # each is a directory results/models/NAME
+        raise ConfigError(f"{source}: model names (model, population_study.models, tool_agents.model, ahd.model) "
+                          f"must be unique, got {names}")
     return config
+
+
+def _check_expect(m: dict[str, Any], where: str, keys: set[str], unknown: str) -> None:
+    """A model's expect block with string keys (the form they take in every JSON record),
+    each one the config evaluates the base at, each interval [low, high]."""
+    m["expect"] = {str(k): v for k, v in (m.get("expect") or {}).items()} or None
+    bad = sorted(set(m["expect"] or {}) - keys)
+    if bad:
+        raise ConfigError(f"{where}: " + unknown.format(bad=bad))
+    if any(lo > hi for lo, hi in (m["expect"] or {}).values()):
+        raise ConfigError(f"{where}: an interval is [low, high] with low <= high")
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -121,6 +142,29 @@ def es_settings(config: dict[str, Any], horizon: int, variant: str | None = None
 def all_models(config: dict[str, Any]) -> list[dict[str, Any]]:
     """`model` first, then the extra sizes of the population study."""
     return [config["model"], *((config.get("population_study") or {}).get("models") or [])]
+
+
+def checked_models(config: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Every model block the pipeline builds or fetches, by name, with its kind:
+    `model` and population_study.models ("sudoku"), tool_agents.model ("tools"),
+    ahd.model ("ahd"). Tool agents or a writer without a block of their own use `model`;
+    the names are unique (validate_config)."""
+    out = {m["name"]: ("sudoku", m) for m in all_models(config)}
+    for kind, sec in (("tools", "tool_agents"), ("ahd", "ahd")):
+        m = (config.get(sec) or {}).get("model")
+        if m:
+            out[m["name"]] = (kind, m)
+    return out
+
+
+def named_model(config: dict[str, Any], name: str | None = None) -> tuple[str, dict[str, Any]]:
+    """(kind, block) of the model called `name` among checked_models (None: the main model)."""
+    if name is None:
+        return "sudoku", config["model"]
+    models = checked_models(config)
+    if name not in models:
+        raise ConfigError(f"model {name!r} is not in the config (models: {sorted(models)})")
+    return models[name]
 
 
 def model_spec(config: dict[str, Any], name: str | None = None) -> dict[str, Any]:

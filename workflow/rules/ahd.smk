@@ -66,6 +66,32 @@ rule search_heuristics:
         '--rule {rule} --wildcards "{params.wildcards}" > {log} 2>&1'
 
 
+# Does the tiny writer land in the valid rate README states for any machine
+# (ahd.model.expect, by task)? Measured on its Sample runs without ES at the smallest
+# budget, every repetition. Warns loudly when not; never fails the run.
+AHD_EXPECT = (AHD.get("model") or {}).get("expect") if AHD_MODEL_BUILT else None
+if AHD_EXPECT:
+
+    rule check_ahd_model:
+        input:
+            config=ancient(CONFIGFILE),  # reruns follow the config sections in params
+            runs=[f"{R}/ahd/{AHD_MODEL}/{t}/sample_b{min(b['samples'] for b in AHD['budgets'])}_base/r{r}"
+                  for t in AHD_EXPECT for r in AHD["repetitions"]],
+            code=code("check-models"),
+        output:
+            check=f"{R}/checks/{AHD_MODEL}.json",
+        params:
+            settings=settings("check-models", name=AHD_MODEL),
+            summaries=lambda wc, input: " ".join(f"{r}/result.json" for r in input.runs),
+        log:
+            f"{LOGS}/check_models/{AHD_MODEL}.log",
+        conda:
+            "../../envs/esopt.yaml"
+        shell:
+            "esopt check-models --config {input.config} --name {AHD_MODEL} --out {output.check} "
+            "--rule {rule} {params.summaries} > {log} 2>&1"
+
+
 # Every matched comparison and the win count, with the figure.
 rule report_ahd:
     input:

@@ -118,6 +118,29 @@ rule evaluate_agent:
         '{params.skill} --data {input.data} --out {output.summary} --meta "{params.meta}" --rule {rule} > {log} 2>&1'
 
 
+# Does the tiny tool model land in the Mean@k README states for any machine
+# (tool_agents.model.expect, by BENCHMARK/SET)? Warns loudly when not; never fails the run.
+TOOL_EXPECT = (TA.get("model") or {}).get("expect") if TOOL_MODEL_BUILT else None
+if TOOL_EXPECT:
+
+    rule check_tool_model:
+        input:
+            config=ancient(CONFIGFILE),  # reruns follow the config sections in params
+            summaries=[f"{R}/eval/{TOOL_MODEL}/tools/no_skill/{key.replace('/', '_')}.json" for key in TOOL_EXPECT],
+            code=code("check-models"),
+        output:
+            check=f"{R}/checks/{TOOL_MODEL}.json",
+        params:
+            settings=settings("check-models", name=TOOL_MODEL),
+        log:
+            f"{LOGS}/check_models/{TOOL_MODEL}.log",
+        conda:
+            "../../envs/esopt.yaml"
+        shell:
+            "esopt check-models --config {input.config} --name {TOOL_MODEL} --out {output.check} "
+            "--rule {rule} {input.summaries} > {log} 2>&1"
+
+
 # The tool-agents table: Mean@k by method and evaluation set, mean ± std over seeds.
 rule report_tool_agents:
     input:

@@ -1,10 +1,13 @@
-"""esopt check-models: do the base's held-out results land in the config's `expect` intervals?
+"""esopt check-models: does a base land in its config block's `expect` intervals?
 
-Reads `esopt evaluate` summaries of a base model (results/eval/MODEL/base/h*.json),
-compares each with model.expect[H*] (the interval README states for any machine) and
-writes FILE.json: one row per horizon (value, expected, within) and `all_within`.
-Outside an interval it warns loudly, here and at the end of the Snakemake run; it does
-not fail the run, since the results are still real, only not README's.
+--name picks any model of the config: `model` (default), one of
+population_study.models, tool_agents.model or ahd.model. The summaries are what the
+pipeline measured of that base (esopt.eval.checks says which, per kind: held-out
+success by H*, Mean@k by evaluation set, the writer's valid rate by task). Each key of
+`expect` (the interval README states for any machine) is compared with them; FILE.json
+gets one row per key (value, expected, within) and `all_within`. Outside an interval
+it warns loudly, here and at the end of the Snakemake run; it does not fail the run,
+since the results are still real, only not README's.
 """
 
 from __future__ import annotations
@@ -23,25 +26,20 @@ log = logging.getLogger("esopt.check_models")
 
 def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config)
-    from esopt.config import model_spec
-    from esopt.eval.checks import check_rows, warn_outside
+    from esopt.config import named_model
+    from esopt.eval.checks import check_model, warn_outside
 
-    m = model_spec(cfg, args.name)
-    expect = m.get("expect") or {}
-    summaries = [json.loads(Path(f).read_text()) for f in args.summaries]
-    rows = check_rows(summaries, expect, m["name"])
-    missing = sorted(set(map(str, expect)) - {str(r["horizon"]) for r in rows}, key=int)
-    if missing:
-        raise ValueError(f"model {m['name']}: expect has H* {missing} but no summary of them was given")
-    ok = warn_outside(rows, f"{args.config}, model.expect")
-    if not expect:
+    kind, m = named_model(cfg, args.name)
+    check = check_model(kind, m, [json.loads(Path(f).read_text()) for f in args.summaries])
+    ok = warn_outside(check["rows"], f"{args.config}, {m['name']}'s expect")
+    if not m.get("expect"):
         log.info("model %s has no expect block: nothing to check", m["name"])
     elif ok:
-        log.info("model %s: every base result within its expected interval (%d checked)", m["name"], len(rows))
+        log.info("model %s: every base result within its expected interval (%d checked)", m["name"], len(check["rows"]))
     out = Path(args.out)
     prov = Provenance("check-models", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                       inputs=[args.config, *args.summaries])
-    write_json_atomic(out, {"model": m["name"], "all_within": ok, "rows": rows})
+    write_json_atomic(out, check)
     prov.write(out.with_suffix(".provenance.json"), outputs=[out])
     return 0
 
@@ -49,9 +47,13 @@ def main_fn(args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="esopt check-models", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True)
-    p.add_argument("--name", default=None, help="which model of the config: `model` (default) or one of population_study.models")
+    p.add_argument("--name", default=None,
+                   help="which model of the config: `model` (default), population_study.models, tool_agents.model or ahd.model")
     p.add_argument("--out", required=True, help="check FILE.json (results/checks/MODEL.json)")
-    p.add_argument("summaries", nargs="+", help="esopt evaluate summaries of the base (results/eval/MODEL/base/h*.json)")
+    p.add_argument("summaries", nargs="+",
+                   help="the pipeline's measurements of the base: results/eval/MODEL/base/h*.json (Sudoku), "
+                        "results/eval/MODEL/tools/no_skill/*.json (tool model), "
+                        "results/ahd/MODEL/*/sample_b*_base/r*/result.json (heuristic writer)")
     add_provenance_args(p)
     return p
 

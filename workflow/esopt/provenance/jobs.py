@@ -29,6 +29,7 @@ from esopt.config import (
     ahd_budget,
     es_settings,
     model_spec,
+    named_model,
     rl_settings,
     section,
     sudoku_settings,
@@ -75,12 +76,17 @@ def _search_heuristics(c: Config, task: str, search: str, budget: int | str, es:
     return out
 
 
+def _without_expect(model: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A model block as its build reads it: `expect` is what check-models compares the
+    base with, not how it is built, so a new interval rebuilds nothing."""
+    return None if model is None else without(model, ("expect",))
+
+
 def _build_model(c: Config, name: str | None = None, probe: bool = False) -> dict[str, Any]:
     if probe:  # random weights of memory.probe's architecture, cast to model.dtype
         return {"memory": {"probe": section(c, "memory").get("probe")},
                 "model": {"dtype": section(c, "model").get("dtype")}}
-    # `expect` is what the check compares the base with, not how it is built
-    return {"model": without(model_spec(c, name), ("expect",)), "sudoku": sudoku_settings(c), "agent": section(c, "agent")}
+    return {"model": _without_expect(model_spec(c, name)), "sudoku": sudoku_settings(c), "agent": section(c, "agent")}
 
 
 JOBS: dict[str, Job] = {
@@ -96,7 +102,7 @@ JOBS: dict[str, Job] = {
                     lambda c: {"evaluate": section(c, "evaluate"), "sudoku": sudoku_settings(c),
                                "agent": section(c, "agent")}),
     "check-models": Job("the model's expect intervals",
-                        lambda c, name=None: {"expect": model_spec(c, name or None).get("expect")}, {"name": "--name"}),
+                        lambda c, name=None: {"expect": named_model(c, name or None)[1].get("expect")}, {"name": "--name"}),
     "memory": Job("memory, sudoku (not horizons), rl (not methods, seeds), es (not the grid), agent",
                   lambda c: {"memory": section(c, "memory"), "sudoku": sudoku_settings(c), "rl": rl_settings(c),
                              "es": without(section(c, "es"), ES_GRID_KEYS), "agent": section(c, "agent")}),
@@ -105,16 +111,16 @@ JOBS: dict[str, Job] = {
                                                    "ocr": section(c, "tool_agents").get("ocr")
                                                    if benchmark == "docvqa" else None},
                         {"benchmark": "--benchmark", "set": "--set"}),
-    "build-tool-model": Job("tool_agents.model and the episode settings",
-                            lambda c: {"model": section(c, "tool_agents").get("model"),
+    "build-tool-model": Job("tool_agents.model (not expect) and the episode settings",
+                            lambda c: {"model": _without_expect(section(c, "tool_agents").get("model")),
                                        "episode": tool_episode_settings(c)}),
     "train-agent": Job("the method's tool_agents settings on the benchmark, the episode settings",
                        _train_agent, {"method": "--method", "benchmark": "--benchmark"}),
     "evaluate-agent": Job("tool_agents.evaluate and the episode settings",
                           lambda c: {"evaluate": section(c, "tool_agents").get("evaluate"),
                                      "episode": tool_episode_settings(c)}),
-    "build-ahd-model": Job("ahd.model, the task names, ahd.response, ahd.eoh.parents_e",
-                           lambda c: {"model": section(c, "ahd").get("model"),
+    "build-ahd-model": Job("ahd.model (not expect), the task names, ahd.response, ahd.eoh.parents_e",
+                           lambda c: {"model": _without_expect(section(c, "ahd").get("model")),
                                       "tasks": list(section(c, "ahd").get("tasks") or {}),
                                       "response": section(c, "ahd").get("response"),
                                       "parents_e": section(c, "ahd").get("eoh", {}).get("parents_e")}),
