@@ -5,10 +5,9 @@ import subprocess
 import sys
 
 import yaml
+from conftest import SMOKE
 
 from esopt.eval.checks import check_rows, warn_outside
-
-from conftest import SMOKE
 
 
 def _config(tmp_path, expect):
@@ -58,8 +57,9 @@ def test_an_expected_horizon_without_a_summary_is_an_error(tmp_path):
 
 
 def test_expect_outside_the_horizons_or_reversed_is_a_config_error(tmp_path):
-    from esopt.config import ConfigError, load_config
     import pytest
+
+    from esopt.config import ConfigError, load_config
 
     with pytest.raises(ConfigError, match="not in sudoku.horizons"):
         load_config(_config(tmp_path, {7: [0.1, 0.2]}))
@@ -129,9 +129,10 @@ def test_the_writers_valid_rate_is_the_mean_over_its_repetitions(tmp_path):
 
 
 def test_a_checked_set_without_its_summary_is_an_error(tmp_path):
+    import pytest
+
     from esopt.config import load_config, named_model
     from esopt.eval.checks import check_model
-    import pytest
 
     kind, spec = named_model(load_config(_smoke_with(tmp_path, tools={"math/dapo": [0, 1], "docvqa/docvqa": [0, 1]})),
                              "smoke-qwen35-tools")
@@ -140,8 +141,9 @@ def test_a_checked_set_without_its_summary_is_an_error(tmp_path):
 
 
 def test_expect_keys_must_be_what_the_pipeline_measures(tmp_path):
-    from esopt.config import ConfigError, load_config
     import pytest
+
+    from esopt.config import ConfigError, load_config
 
     with pytest.raises(ConfigError, match=r"tool_agents.model.expect: \['math/gsm8k'\] are not evaluation sets"):
         load_config(_smoke_with(tmp_path, tools={"math/gsm8k": [0.1, 0.2]}))
@@ -177,9 +179,10 @@ def test_a_new_interval_reruns_the_check_and_rebuilds_no_model(tmp_path):
 
 
 def test_a_summary_of_a_trained_run_is_refused(tmp_path):
+    import pytest
+
     from esopt.config import load_config, named_model
     from esopt.eval.checks import check_model
-    import pytest
 
     cfg = load_config(_smoke_with(tmp_path, tools={"math/dapo": [0, 1]}, ahd={"construct_tsp": [0, 1]}))
     esopt_run = json.loads(_tool_summary(tmp_path, "math", "dapo", 0.3).read_text())
@@ -192,8 +195,9 @@ def test_a_summary_of_a_trained_run_is_refused(tmp_path):
 
 
 def test_a_tool_model_named_like_the_main_model_is_a_config_error(tmp_path):
-    from esopt.config import ConfigError, load_config
     import pytest
+
+    from esopt.config import ConfigError, load_config
 
     cfg = yaml.safe_load(SMOKE.read_text())
     cfg["tool_agents"]["model"]["name"] = cfg["model"]["name"]  # one directory results/models/NAME for two models

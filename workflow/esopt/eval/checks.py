@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import logging
 import statistics
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 log = logging.getLogger(__name__)
 

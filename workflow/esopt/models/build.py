@@ -14,8 +14,9 @@ from __future__ import annotations
 import copy
 import logging
 import shutil
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 

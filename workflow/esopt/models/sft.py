@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
