@@ -39,10 +39,9 @@ rule all:
 
 # The model checks warn in their logs; say it again where nobody can miss it.
 onsuccess:
+    from esopt.eval.checks import outside_message
+
     for _f in sorted(Path(R, "checks").glob("*.json")):
-        _c = json.loads(_f.read_text())
-        for _r in _c.get("rows", []):
+        for _r in json.loads(_f.read_text()).get("rows", []):
             if not _r["within"]:
-                print(f"\nWARNING: base {_r['model']} scored {_r['metric']} {_r['value']:.3f} at {_r['where']}, outside the "
-                      f"expected {_r['expected']} ({_f}); see docs/tiny_recipe.md before reading the figures.\n",
-                      file=sys.stderr)
+                print(outside_message(_r, str(_f)), file=sys.stderr)

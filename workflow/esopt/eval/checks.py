@@ -91,12 +91,17 @@ def check_model(kind: str, spec: dict[str, Any], summaries: list[dict[str, Any]]
             "all_within": all(r["within"] for r in rows), "rows": rows}
 
 
+def outside_message(row: dict[str, Any], source: str) -> str:
+    """The banner for a row outside its interval (the check's log and the end of the run)."""
+    return (f"\n{BANNER}\nWARNING: base model {row['model']} scored {row['metric']} {row['value']:.3f} at {row['where']}, "
+            f"outside the expected [{row['expected'][0]:.3f}, {row['expected'][1]:.3f}] ({source}).\n"
+            "Results built on this base are not comparable with README's: see docs/tiny_recipe.md\n"
+            f"(Is the base reproducible?) before reading them.\n{BANNER}")
+
+
 def warn_outside(rows: list[dict[str, Any]], source: str) -> bool:
     """Log every row outside its interval in a banner; True when all are within."""
     bad = [r for r in rows if not r["within"]]
     for r in bad:
-        log.warning("\n%s\n%s: base model %s scored %s %.3f at %s, outside the expected [%.3f, %.3f] (%s).\n"
-                    "Results built on this base are not comparable with README's: see docs/tiny_recipe.md\n"
-                    "(Is the base reproducible?) before reading them.\n%s",
-                    BANNER, "WARNING", r["model"], r["metric"], r["value"], r["where"], *r["expected"], source, BANNER)
+        log.warning("%s", outside_message(r, source))
     return not bad
