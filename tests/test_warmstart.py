@@ -69,3 +69,18 @@ def test_validation_score_plays_valid_puzzles_only(smoke_model):
         tasks = generate_puzzles(4, h, 6, seed=4, split="valid")
         assert {split_of(t.puzzle) for t in tasks} == {"valid"}
         assert not {t.puzzle for t in tasks} & {t.puzzle for t in generate_puzzles(4, h, 300, seed=4, split="train")}
+
+
+def test_cell_tokens_make_every_board_cell_one_token():
+    cfg = load_config(SMOKE)
+    cfg["sudoku"]["size"] = 6
+    ws = dict(cfg["model"]["warmstart"], blanks=[8, 12], puzzles_per_blank=20)
+    corpus = ["".join(f"{x['role']}\n{x['content']}\n" for x in t)
+              for t in demonstrations(SudokuDemos.from_config(cfg, ws))]
+    row = "1..4.."
+    merged = train_tokenizer(corpus, 384)
+    cells = train_tokenizer(corpus, 384, cell_tokens=True)
+    assert len(merged(row)["input_ids"]) < 6  # runs of empty cells merge without the option
+    assert [cells.decode([i]) for i in cells(row)["input_ids"]] == list(row)
+    reply = "r2c3=6"  # replies and feedback still tokenize as before
+    assert cells(reply)["input_ids"] and cells.decode(cells(reply)["input_ids"]) == reply

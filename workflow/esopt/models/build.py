@@ -49,7 +49,7 @@ def build_tiny(spec: dict[str, Any], transcripts: Sequence[Transcript], sft: SFT
     # The tokenizer learns from the transcripts as the chat template lays them out
     # (special tokens aside), so role names and the system prompt become few tokens.
     corpus = ["".join(f"{x['role']}\n{x['content']}\n" for x in t) for t in transcripts]
-    tok = train_tokenizer(corpus, spec["tiny"]["vocab_size"])
+    tok = train_tokenizer(corpus, spec["tiny"]["vocab_size"], spec["tiny"].get("cell_tokens", False))
     model = build_tiny_model(spec["tiny"], tok, seed=spec["tiny"].get("seed", 0)).float()
     log.info("%s: %d parameters, layers %s", what, sum(p.numel() for p in model.parameters()), spec["tiny"]["layer_types"])
     dtype = getattr(torch, spec["dtype"])

@@ -74,14 +74,21 @@ def qwen35_chat_template() -> str:
     )
 
 
-def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
+def train_tokenizer(corpus: Iterable[str], vocab_size: int, cell_tokens: bool = False) -> PreTrainedTokenizerFast:
     """Byte-level BPE (any text round-trips, so untrusted model output never breaks
-    decoding) with digits kept as single tokens, so board cells stay one token each.
-    GPT-2's pre-tokenizing regex keeps merges inside words: a newline never fuses
-    with its neighbours, so a prompt tokenizes the same alone or followed by a reply."""
+    decoding) with digits kept as single tokens. GPT-2's pre-tokenizing regex keeps
+    merges inside words: a newline never fuses with its neighbours, so a prompt
+    tokenizes the same alone or followed by a reply.
+
+    With `cell_tokens`, every "." is its own token too, so every board cell is one
+    token and a cell's column is its offset from the line start. Without it, a run of
+    empty cells may merge into one token ("..", "..."): the 4x4 default was measured
+    so; on 6x6 boards, where runs are long, the merges scramble the columns."""
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
+    splits = [pre_tokenizers.Digits(individual_digits=True)]
+    if cell_tokens:
+        splits.append(pre_tokenizers.Split(".", behavior="isolated"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(splits + [
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
     ])
     tok.decoder = decoders.ByteLevel()
