@@ -48,12 +48,14 @@ def evaluator(task):
     return HeuristicEvaluator(task, task.instances("search", InstanceSpec(2, 8), 0), timeout_s=5, cpu_s=5)
 
 
-def make_run(task, evaluator, tmp_path, search: str, budget: int, es: bool, writer_fail_after=None, seed=7):
+def make_run(task, evaluator, tmp_path, search: str, budget: int, es: bool, writer_fail_after=None, seed=7,
+             rounding="nearest"):
     torch.manual_seed(0)
-    model = torch.nn.Linear(4, 4)
+    model = torch.nn.Linear(4, 4).to(torch.bfloat16 if rounding != "nearest" else torch.float32)
     tp = TaskPrompt.from_task(task, "expression")
     s = EoH(tp, pop_size=3, parents_e=2, k=2, seed=seed) if search == "eoh" else Sample(tp, batch_size=4, seed=seed)
-    settings = ESSettings(alpha=0.5, sigma0=0.1, operators=("m1", "m2") if search == "eoh" else ("i1",)) if es else None
+    settings = ESSettings(alpha=0.5, sigma0=0.1, operators=("m1", "m2") if search == "eoh" else ("i1",),
+                          update_rounding=rounding) if es else None
     run = HeuristicSearchRun(task=task, task_prompt=tp, search=s, evaluator=evaluator,
                              writer=ToyWriter(model, writer_fail_after), budget=budget, seed=seed,
                              checkpoint=tmp_path / "checkpoint.json", model=model, es=settings,
@@ -100,15 +102,19 @@ def test_the_matched_baseline_answers_the_same_requests_until_es_first_moves(tas
     assert len(base.samples) == len(es.samples) == 30  # the same number of samples and evaluations
 
 
-def test_a_killed_run_resumes_to_the_same_samples_and_weights(task, evaluator, tmp_path):
-    whole, whole_model = make_run(task, evaluator, tmp_path / "whole", "eoh", budget=27, es=True)
+@pytest.mark.parametrize("rounding", ["nearest", "stochastic", "fp32_master"])
+def test_a_killed_run_resumes_to_the_same_samples_and_weights(task, evaluator, tmp_path, rounding):
+    whole, whole_model = make_run(task, evaluator, tmp_path / "whole", "eoh", budget=27, es=True, rounding=rounding)
     whole.run()
-    killed, _ = make_run(task, evaluator, tmp_path / "killed", "eoh", budget=27, es=True, writer_fail_after=14)
+    assert whole.history.update_rounding == rounding  # the replay on resume rounds as the run did
+    killed, _ = make_run(task, evaluator, tmp_path / "killed", "eoh", budget=27, es=True, writer_fail_after=14,
+                         rounding=rounding)
     with pytest.raises(KeyboardInterrupt):
         killed.run()
     saved = json.loads((tmp_path / "killed/checkpoint.json").read_text())
     assert 0 < saved["used"] < 27
-    resumed, resumed_model = make_run(task, evaluator, tmp_path / "killed", "eoh", budget=27, es=True)
+    resumed, resumed_model = make_run(task, evaluator, tmp_path / "killed", "eoh", budget=27, es=True,
+                                      rounding=rounding)
     resumed.run()
     assert json.dumps(resumed.samples) == json.dumps(whole.samples)
     assert weights_sha256(resumed_model) == weights_sha256(whole_model)

@@ -49,6 +49,7 @@ class ESSettings:
     operators: tuple[str, ...]  # batches of these operators are ES generations
     normalization: str = "zscore"
     penalty: float | None = None  # reward of an invalid child; None: min(valid rewards) − 1 std (or −1)
+    update_rounding: str = "nearest"  # esopt.es.rounding; the history records it, so replay rounds alike
 
 
 def planned_es_generations(batch_sizes: Sequence[tuple[str, int]], budget: int, operators: Sequence[str]) -> int:
@@ -125,7 +126,7 @@ class HeuristicSearchRun:
             from esopt.es.perturb import Perturber
             from esopt.es.schedule import SigmaSchedule
 
-            self.perturber = Perturber(model)
+            self.perturber = Perturber(model, rounding=es.update_rounding)
             total = planned_es_generations(batch_plan(search, budget), budget, es.operators)
             self.schedule = SigmaSchedule("cosine", es.sigma0, 0.0, total)
 
