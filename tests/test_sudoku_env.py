@@ -392,3 +392,10 @@ def test_the_cells_observation_lists_every_empty_cell_in_action_form():
     assert obs.splitlines()[6] == "empty " + " ".join(listed[1:]) and obs.splitlines()[-1].startswith("placed")
     with pytest.raises(ValueError, match="observation"):
         SudokuEnv(15, observation="pixels")
+
+
+def test_the_coords_observation_labels_every_row():
+    task = generate_puzzles(6, 5, n=1, seed=0, split="train")[0]
+    plain = SudokuEnv(15).reset(task).splitlines()
+    labelled = SudokuEnv(15, observation="coords").reset(task).splitlines()
+    assert labelled == [f"r{k + 1} {row}" for k, row in enumerate(plain)]

@@ -73,17 +73,21 @@ def render(board: str, size: int) -> str:
     return "\n".join(board[i : i + size] for i in range(0, size * size, size))
 
 
-OBSERVATIONS = ("board", "cells")
+OBSERVATIONS = ("board", "cells", "coords")
 
 
 def observe(board: str, size: int, style: str = "board") -> str:
     """What the agent sees of the board. "board": the rows; "cells": the rows, then the
     empty cells in action form (the authors' prompt lists them as "Current empty
-    cells"), so choosing a cell is a copy and the model's work is the digit."""
+    cells"), so choosing a cell is a copy and the model's work is the digit; "coords":
+    each row led by its label rN (the authors' prompt labels rows r1..r9), so a cell's
+    row is copied from its line and its column is its offset from the label."""
     if style == "board":
         return render(board, size)
     if style == "cells":
         return render(board, size) + "\nempty " + " ".join(f"r{i // size + 1}c{i % size + 1}" for i, ch in enumerate(board) if ch == ".")
+    if style == "coords":
+        return "\n".join(f"r{k + 1} {line}" for k, line in enumerate(render(board, size).split("\n")))
     raise ValueError(f"observation {style!r}: expected one of {OBSERVATIONS}")
 
 
