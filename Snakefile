@@ -28,6 +28,7 @@ rule all:
         rules.check_ahd_model.output if AHD_EXPECT else [],
         rules.report_sudoku.output,
         rules.report_methods.output,
+        rules.report_verdicts.output,
         rules.report_training_curves.output,
         rules.report_wall_clock.output,
         rules.report_sigma_ablation.output if ES_VARIANTS else [],

@@ -60,8 +60,8 @@ def planned_jobs(res) -> dict[str, int]:
     return counts
 
 
-REPORTS = {f"report_{r}": 1 for r in ("sudoku", "methods", "training_curves", "population", "sigma_ablation",
-                                      "wall_clock", "memory", "tool_agents", "ahd")}
+REPORTS = {f"report_{r}": 1 for r in ("sudoku", "methods", "verdicts", "training_curves", "population",
+                                      "sigma_ablation", "wall_clock", "memory", "tool_agents", "ahd")}
 # tool agents: math (train, dapo, aime) and docvqa (train, docvqa) sets, the tiny tool model,
 # 4 trained methods x 2 benchmarks x 1 seed, No Skill and every run on the 3 evaluation sets
 # and the tool model's check (tool_agents.model.expect)
@@ -80,7 +80,7 @@ def test_dry_run_plans_the_grid(workdir):
     # GRPO (T 0.7 and T 1) and PPO at 2 horizons x 1 seed; 4 memory probes; the main base's check
     assert jobs == {"all": 1, "build_model": 2, "build_probe_model": 1, "evaluate_base": 3, "train_es": 8,
                     "evaluate_es": 10, "train_rl": 6, "evaluate_rl": 6, "memory": 4, "check_models": 1,
-                    **TOOL_JOBS, **AHD_JOBS, **REPORTS, "total": 87}
+                    **TOOL_JOBS, **AHD_JOBS, **REPORTS, "total": 88}
 
 
 def test_paper_config_plans_the_papers_grid(workdir):
@@ -97,8 +97,20 @@ def test_paper_config_plans_the_papers_grid(workdir):
     assert jobs == {"all": 1, "build_model": 2, "evaluate_base": 4, "train_es": 36, "evaluate_es": 54,
                     "train_rl": 27, "evaluate_rl": 27, "memory": 4, "prepare_data": 5, "train_agent": 24,
                     "evaluate_agent_base": 3, "evaluate_agent": 36, "build_ahd_model": 1, "search_heuristics": 144,
-                    **REPORTS, "total": 377}
+                    **REPORTS, "total": 378}
     assert "--nproc-per-node 4" in res.stdout  # train_es runs under torchrun, 4 ranks (config distributed)
+
+
+def test_horizons_config_plans_the_papers_sudoku_grid_at_tiny_scale(workdir):
+    res = subprocess.run([*SNAKEMAKE, "-n", "--configfile", "config/horizons.yaml", "--cores", "1"],
+                         cwd=workdir, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    # 6x6 at H* 5/10/15, 3 seeds: ESOpt 9 runs (each evaluated at every H*: 27), Vanilla ES 9,
+    # sigma_T = 0 at H*=15 3, population study at H*=15 G 4 and 8 (G=16 is the main run) 6
+    # -> 27 ES runs, 27 + 9 + 3 + 6 = 45 ES evaluations; GRPO, GRPO T=1, PPO 27 runs
+    sudoku_reports = {k: v for k, v in REPORTS.items() if k not in ("report_memory", "report_tool_agents", "report_ahd")}
+    assert planned_jobs(res) == {"all": 1, "build_model": 1, "evaluate_base": 3, "train_es": 27, "evaluate_es": 45,
+                                 "train_rl": 27, "evaluate_rl": 27, **sudoku_reports, "total": 138}
 
 
 def test_pipeline_runs_then_has_nothing_to_do(workdir):
@@ -122,8 +134,11 @@ def test_pipeline_runs_then_has_nothing_to_do(workdir):
         assert len(pd.read_csv(workdir / f"results/tables/{name if name != 'horizon_crossover' else 'sudoku_methods'}.csv"))
     # each figure's notebook, executed, kept as the log of its rule
     executed = sorted(p.stem for p in (workdir / "results/notebooks").glob("*.ipynb"))
-    assert executed == sorted(["sudoku_horizon", "horizon_crossover", "training_curves", "population", "sigma_ablation",
-                               "wall_clock", "memory", "tool_agents", "ahd"])
+    assert executed == sorted(["sudoku_horizon", "horizon_crossover", "verdicts", "training_curves", "population",
+                               "sigma_ablation", "wall_clock", "memory", "tool_agents", "ahd"])
+    verdicts = pd.read_csv(workdir / "results/tables/verdicts.csv")  # one seed each: no interval, no verdict yet
+    assert verdicts.claim.unique().tolist() == ["horizon crossover", "sigma_T = 0 drop", "population sensitivity"]
+    assert (verdicts.verdict == "undecided").all() and verdicts.ci_low.isna().all()
     tools = pd.read_csv(workdir / "results/tables/tool_agents.csv")
     assert tools.label.tolist() == ["No Skill", "Agentic GRPO", "Agentic ESOpt", "Trace2Skill", "ESOpt + Trace2Skill"]
     assert {"DAPO", "AIME", "DocVQA", "DAPO Δ", "average Δ"} <= set(tools.columns)

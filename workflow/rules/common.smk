@@ -168,6 +168,14 @@ def ablation_evaluations():
     return [es_eval(m, model, hh, g, s, h) for m, model, hh, g, s in main_es_runs(largest_population=True) if hh == h]
 
 
+def verdict_evaluations():
+    """What the claims' verdicts compare: the main model's methods at their training
+    horizons, the sigma ablation, and the main model's population-study runs."""
+    study = [es_eval(m, model, h, g, s, h) for m, model, h, g, s in study_runs() if model == MODEL]
+    ablation = ablation_evaluations() if ES_VARIANTS else []
+    return list(dict.fromkeys(methods_evaluations() + ablation + study))
+
+
 def reference(section):
     return (config.get("reference") or {}).get(section) or {}
 

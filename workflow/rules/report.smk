@@ -133,6 +133,30 @@ rule report_sigma_ablation:
         PAPERMILL
 
 
+# The paper's claims as differences with 95% intervals, and a verdict for each.
+rule report_verdicts:
+    input:
+        evals=verdict_evaluations(),
+        notebook=notebook("verdicts"),
+        code=code(notebook("verdicts")),
+    output:
+        table=report(f"{R}/tables/verdicts.csv", caption="../report/verdicts.rst", category="Sudoku"),
+        provenance=report(f"{R}/tables/verdicts.provenance.json", caption="../report/provenance.rst", category="Provenance"),
+    params:
+        nb=papermill_params(evals=lambda i, o: list(i.evals), horizons=HORIZONS, population=max(POPULATIONS),
+                            ablation_horizon=ABLATION_HORIZON if ES_VARIANTS else None,
+                            study={"horizon": max(STUDY["horizons"]), "populations": STUDY["populations"]} if STUDY else None,
+                            reference={k: reference(k) for k in ("sudoku", "sigma_ablation", "population")},
+                            table=lambda i, o: o.table),
+    log:
+        notebook=f"{R}/notebooks/verdicts.ipynb",
+        stdout=f"{LOGS}/report_verdicts.log",
+    conda:
+        "../../envs/esopt.yaml"
+    shell:
+        PAPERMILL
+
+
 # Wall clock of every training run by method and horizon.
 rule report_wall_clock:
     input:

@@ -1,0 +1,65 @@
+"""The claims' differences, their intervals and verdicts (esopt.report.verdicts)."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from esopt.report.verdicts import contrast, t975, verdict, verdicts_table
+
+REF = {"sudoku": {"esopt": {5: 89.58, 15: 53.13}, "ppo": {5: 90.63, 15: 0.0}},
+       "sigma_ablation": {"esopt": 53.13, "es_sigmaT0": 28.13},
+       "population": {"qwen3.5-4b": {8: 2.95, 16: 22.92}}}
+
+
+def evals(rows):
+    """rows: (method, H*, G, [success per seed]) -> a load_evals-like frame, SE 0.02 each."""
+    out = []
+    for method, h, g, successes in rows:
+        for seed, s in enumerate(successes):
+            out.append({"method": method, "train_horizon": h, "population": g, "seed": seed, "eval_horizon": h,
+                        "success": s, "success_se": 0.02})
+    return pd.DataFrame(out)
+
+
+def test_the_interval_is_a_t_interval_of_the_seed_and_binomial_variance():
+    a = evals([("esopt", 15, 16, [0.5, 0.6, 0.7])])
+    b = evals([("ppo", 15, None, [0.2, 0.3, 0.4])])
+    c = contrast([a], [b])
+    var = 2 * (0.01 + 0.02 ** 2) / 3  # each arm: seed variance 0.01, binomial 0.0004, over 3 seeds
+    assert c["difference"] == pytest.approx(0.3)
+    assert c["ci_high"] - c["difference"] == pytest.approx(t975(4) * math.sqrt(var))
+    assert c["seeds"] == "3/3"
+    one = contrast([a.iloc[:1]], [b])
+    assert math.isnan(one["ci_low"]) and one["seeds"] == "1/3"  # one seed: no seed variance, no interval
+
+
+def test_verdicts_follow_the_interval_and_the_papers_effect():
+    assert verdict(0.01, 0.2, 0.25) == "reproduced"
+    assert verdict(-0.05, 0.04, 0.25) == "not reproduced"  # excludes an effect the paper's size
+    assert verdict(-0.05, 0.30, 0.25) == "undecided"
+    assert verdict(-0.2, -0.01, None) == "not reproduced"
+    assert verdict(-0.2, 0.01, None) == "undecided"
+    assert verdict(float("nan"), float("nan"), 0.25) == "undecided"
+
+
+def test_the_table_tests_each_claim_against_the_papers_numbers():
+    df = evals([
+        ("esopt", 5, 16, [0.80, 0.82, 0.84]), ("esopt", 15, 16, [0.40, 0.42, 0.44]),
+        ("ppo", 5, None, [0.90, 0.91, 0.92]), ("ppo", 15, None, [0.10, 0.11, 0.12]),
+        ("es_sigmaT0", 15, 16, [0.40, 0.43, 0.44]),
+        ("esopt", 15, 4, [0.41, 0.42, 0.43]),
+    ])
+    tab = verdicts_table(df, horizons=[5, 10, 15], population=16, ablation_horizon=15,
+                         study={"horizon": 15, "populations": [4, 16]}, reference=REF).set_index("comparison")
+    assert list(tab.index) == ["esopt - ppo", "(esopt - ppo) growth", "esopt - es_sigmaT0", "esopt G16 - G4"]
+    lead, growth = tab.loc["esopt - ppo"], tab.loc["(esopt - ppo) growth"]
+    assert lead.difference == pytest.approx(0.31) and lead.verdict == "reproduced"
+    assert lead.paper_difference == pytest.approx(0.5313)
+    assert growth.difference == pytest.approx(0.31 + 0.09) and growth.verdict == "reproduced"
+    assert growth.paper_difference == pytest.approx(0.5313 - (0.8958 - 0.9063))
+    sig = tab.loc["esopt - es_sigmaT0"]
+    assert sig.difference == pytest.approx(-0.0033, abs=1e-4) and sig.verdict == "not reproduced"
+    assert sig.paper_difference == pytest.approx(0.25)
+    pop = tab.loc["esopt G16 - G4"]
+    assert pop.paper_difference == pytest.approx(0.1997) and pop.verdict == "not reproduced"

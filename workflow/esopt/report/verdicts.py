@@ -1,0 +1,124 @@
+"""The paper's three Sudoku claims as differences with 95% confidence intervals, and a
+verdict for each: the horizon crossover (ESOpt's lead over each RL baseline is positive
+at the longest horizon and grows with H*), the σ_T = 0 drop, and the population
+sensitivity (more members, higher final success).
+
+A difference of means over training seeds gets the variance
+  Var(mean) = seed variance / n + mean binomial variance / n
+per arm (as esopt.report.sudoku.summarize; the arms' evaluations share their puzzles,
+no credit is taken for pairing), and a Student t interval with n_a + n_b - 2 degrees
+of freedom. Verdicts:
+  reproduced      the interval lies above 0;
+  not reproduced  it lies below the paper's effect and does not lie above 0 (an effect
+                  as large as the paper's is excluded; without a paper value: below 0);
+  undecided       otherwise, or with fewer than 2 seeds in an arm (no seed variance).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from esopt.report.methods import parse_reference
+
+# two-sided 95% Student t quantiles by degrees of freedom; beyond 30: the normal's
+T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+RL_METHODS = ("grpo", "grpo_t1", "ppo")
+TABLE_COLUMNS = ["claim", "comparison", "horizon", "difference", "ci_low", "ci_high", "seeds", "paper_difference",
+                 "verdict"]
+
+
+def t975(df: int) -> float:
+    return T975[df - 1] if df <= len(T975) else 1.96
+
+
+def arm(evals: pd.DataFrame, method: str, horizon: int, population: int | None = None) -> pd.DataFrame:
+    """Evaluations at `horizon` of `method` trained at it (at `population` when given)."""
+    ev = evals[(evals.method == method) & (pd.to_numeric(evals.eval_horizon) == horizon)
+               & (pd.to_numeric(evals.train_horizon, errors="coerce") == horizon)]
+    if population is not None:
+        ev = ev[pd.to_numeric(ev.population, errors="coerce") == population]
+    return ev
+
+
+def _moments(a: pd.DataFrame) -> tuple[float, float, int]:
+    n = len(a)
+    s = a.success.astype(float)
+    var = (s.var(ddof=1) + (a.success_se.astype(float) ** 2).mean()) / n if n > 1 else float("nan")
+    return (s.mean() if n else float("nan")), var, n
+
+
+def contrast(plus: Sequence[pd.DataFrame], minus: Sequence[pd.DataFrame]) -> dict[str, Any]:
+    """sum of the `plus` arms' means minus the `minus` arms', with its 95% interval."""
+    arms = [(1, *_moments(a)) for a in plus] + [(-1, *_moments(a)) for a in minus]
+    diff = sum(sign * mean for sign, mean, _, _ in arms)
+    ns = [n for *_, n in arms]
+    seeds = "/".join(str(n) for n in ns)
+    if min(ns) < 2:
+        return {"difference": diff, "ci_low": float("nan"), "ci_high": float("nan"), "seeds": seeds}
+    half = t975(sum(ns) - len(ns)) * math.sqrt(sum(var for _, _, var, _ in arms))
+    return {"difference": diff, "ci_low": diff - half, "ci_high": diff + half, "seeds": seeds}
+
+
+def verdict(lo: float, hi: float, paper: float | None) -> str:
+    if math.isnan(lo) or math.isnan(hi):
+        return "undecided"
+    if lo > 0:
+        return "reproduced"
+    if hi < (paper if paper is not None and paper > 0 else 0.0):
+        return "not reproduced"
+    return "undecided"
+
+
+def _row(claim: str, comparison: str, horizon: str, c: dict[str, Any], paper: float | None) -> dict[str, Any]:
+    return {"claim": claim, "comparison": comparison, "horizon": horizon, **c,
+            "paper_difference": float("nan") if paper is None else paper,
+            "verdict": verdict(c["ci_low"], c["ci_high"], paper)}
+
+
+def verdicts_table(evals: pd.DataFrame, horizons: Sequence[int], population: int,
+                   ablation_horizon: int | None = None, study: Mapping[str, Any] | None = None,
+                   reference: Mapping | None = None) -> pd.DataFrame:
+    """One row per tested difference (fractions, like success). `evals` is
+    esopt.report.sudoku.load_evals' frame of the main model's evaluations; `population`
+    the main grid's G; `study` {horizon, populations} of the population study;
+    `reference` the paper's {sudoku, sigma_ablation, population} (success %)."""
+    reference = reference or {}
+    paper = parse_reference(reference.get("sudoku"))
+    sig_ref = reference.get("sigma_ablation") or {}
+    pop_ref = next(iter((reference.get("population") or {}).values()), {})
+    lo_h, hi_h = min(horizons), max(horizons)
+    rows = []
+
+    def es(h: int, g: int = population) -> pd.DataFrame:
+        return arm(evals, "esopt", h, g)
+
+    def pdiff(a: Mapping[int, float], b: Mapping[int, float], h: int) -> float | None:
+        return (a[h] - b[h]) / 100 if h in a and h in b else None
+
+    for m in RL_METHODS:
+        if not len(evals[evals.method == m]):
+            continue
+        ref_e, ref_m = paper.get("esopt", {}), paper.get(m, {})
+        rows.append(_row("horizon crossover", f"esopt - {m}", str(hi_h),
+                         contrast([es(hi_h)], [arm(evals, m, hi_h)]), pdiff(ref_e, ref_m, hi_h)))
+        shared = sorted(set(ref_e) & set(ref_m))
+        paper_growth = (pdiff(ref_e, ref_m, shared[-1]) - pdiff(ref_e, ref_m, shared[0])) if len(shared) > 1 else None
+        rows.append(_row("horizon crossover", f"(esopt - {m}) growth", f"{lo_h} to {hi_h}",
+                         contrast([es(hi_h), arm(evals, m, lo_h)], [arm(evals, m, hi_h), es(lo_h)]), paper_growth))
+    if ablation_horizon is not None and len(evals[evals.method == "es_sigmaT0"]):
+        h = ablation_horizon
+        p = (sig_ref["esopt"] - sig_ref["es_sigmaT0"]) / 100 if {"esopt", "es_sigmaT0"} <= set(sig_ref) else None
+        rows.append(_row("sigma_T = 0 drop", "esopt - es_sigmaT0", str(h),
+                         contrast([es(h)], [arm(evals, "es_sigmaT0", h)]), p))
+    if study and len(study.get("populations") or []) > 1:
+        h, gs = study["horizon"], sorted(study["populations"])
+        ref = {int(g): v for g, v in pop_ref.items()}
+        p = (ref[max(ref)] - ref[min(ref)]) / 100 if len(ref) > 1 else None
+        rows.append(_row("population sensitivity", f"esopt G{gs[-1]} - G{gs[0]}", str(h),
+                         contrast([es(h, gs[-1])], [es(h, gs[0])]), p))
+    return pd.DataFrame(rows, columns=TABLE_COLUMNS)
