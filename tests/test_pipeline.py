@@ -110,7 +110,7 @@ def test_horizons_config_plans_the_papers_sudoku_grid_at_tiny_scale(workdir):
     # -> 27 ES runs, 27 + 9 + 3 + 6 = 45 ES evaluations; GRPO, GRPO T=1, PPO 27 runs
     sudoku_reports = {k: v for k, v in REPORTS.items() if k not in ("report_memory", "report_tool_agents", "report_ahd")}
     assert planned_jobs(res) == {"all": 1, "build_model": 1, "evaluate_base": 3, "train_es": 27, "evaluate_es": 45,
-                                 "train_rl": 27, "evaluate_rl": 27, **sudoku_reports, "total": 138}
+                                 "train_rl": 27, "evaluate_rl": 27, "check_models": 1, **sudoku_reports, "total": 139}
 
 
 def test_pipeline_runs_then_has_nothing_to_do(workdir):
