@@ -165,7 +165,7 @@ def test_report_bundles_figures_captions_and_provenance(workdir):
     for name in ("horizon_crossover", "training_curves", "population", "sigma_ablation", "wall_clock", "memory",
                  "tool_agents", "ahd"):
         assert any(n.endswith(f"{name}.png") for n in names), name
-    assert sum(n.endswith(".provenance.json") for n in names) == 9  # each table's record, as a report item
+    assert sum(n.endswith(".provenance.json") for n in names) == 10  # each table's record, as a report item
 
 
 def job_metadata(wd) -> dict[str, dict]:
@@ -275,8 +275,8 @@ def test_a_config_edit_reruns_only_the_rules_whose_section_changed(workdir):
     cfg = workdir / "config/smoke.yaml"
     cfg.write_text(cfg.read_text().replace("  lr: 1.0e-4\n", "  lr: 2.0e-4\n"))  # rl.lr
     assert planned_jobs(smk(workdir, "-n")) == {
-        "all": 1, "train_rl": 6, "evaluate_rl": 6, "memory": 4, "report_methods": 1, "report_wall_clock": 1,
-        "report_memory": 1, "total": 20}
+        "all": 1, "train_rl": 6, "evaluate_rl": 6, "memory": 4, "report_methods": 1, "report_verdicts": 1,
+        "report_wall_clock": 1, "report_memory": 1, "total": 21}
 
 
 # Files that record time (wall clock, dates, peak memory) and so differ between any two runs
