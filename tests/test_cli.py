@@ -43,6 +43,17 @@ def done_generations(out):
         return 0
 
 
+def test_a_variant_can_decode_its_members_otherwise(tmp_path, smoke_model):
+    config = write_config(tmp_path, **{"es.generations": 1, "es.member_decoding": "greedy",
+                                       "es.variants": {"sampled": {"member_decoding": "sample"}}})
+    runs = {}
+    for name, variant in (("greedy", []), ("sampled", ["--variant", "sampled"])):
+        esopt(*train_args(config, smoke_model, tmp_path / name), *variant)
+        runs[name] = json.loads((tmp_path / name / "history.json").read_text())["run"]
+    assert runs["greedy"]["episode"]["sampling"]["do_sample"] is False
+    assert runs["sampled"]["episode"]["sampling"]["do_sample"] is True
+
+
 def test_resume_after_kill_matches_uninterrupted_run(tmp_path, smoke_model):
     config = write_config(tmp_path, **{"es.generations": 14, "es.tasks_per_member": 6})
     killed = tmp_path / "killed"

@@ -64,9 +64,10 @@ def train_es(cfg: dict, model_dir: str, horizon: int, population: int, seed: int
 
     model, tok = load_model_and_tokenizer(model_dir)
     base_hash = weights_sha256(model)
-    es_cfg = ESConfig.from_settings(es_settings(cfg, horizon, variant), population, seed)
+    settings = es_settings(cfg, horizon, variant)
+    es_cfg = ESConfig.from_settings(settings, population, seed)
     method = es_method_name(variant)
-    spec = EpisodeSpec.from_config(cfg, horizon, cfg["es"]["member_decoding"])
+    spec = EpisodeSpec.from_config(cfg, horizon, settings["member_decoding"])
     n_tasks = cfg["es"]["tasks_per_member"]
     keep = kept_steps(es_cfg.generations)
 
