@@ -95,7 +95,8 @@ def design_heuristics(cfg: dict, task_name: str, search_name: str, budget: int, 
     if es_on:
         e = a["es"]
         es = ESSettings(alpha=e["alpha"], sigma0=e["sigma0"], normalization=e["normalization"],
-                        penalty=e.get("penalty"), update_rounding=e.get("update_rounding", "nearest"), operators=("m1", "m2") if search_name == "eoh" else ("i1",))
+                        penalty=e.get("penalty"), update_rounding=e["update_rounding"],
+                        operators=("m1", "m2") if search_name == "eoh" else ("i1",))
     base_hash = weights_sha256(model)
     run = HeuristicSearchRun(task=task, task_prompt=task_prompt, search=search,
                              evaluator=make_evaluator(cfg, task, "search", seed), writer=writer,

@@ -30,6 +30,14 @@ def load_evals(paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
     return df.sort_values(["method", "train_horizon", "population", "seed", "eval_horizon"], na_position="first").reset_index(drop=True)
 
 
+def seed_mean_variance(grp: pd.DataFrame) -> float:
+    """Variance of the mean success over a group of seeds' evaluations: seed variance / n
+    (0 for one seed) + mean binomial variance / n."""
+    n = len(grp)
+    seed_var = grp.success.astype(float).var(ddof=1) if n > 1 else 0.0
+    return seed_var / n + (grp.success_se.astype(float) ** 2).mean() / n
+
+
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
     """ESOpt vs base per (train horizon, population, eval horizon): mean and std over
     seeds, the gain, and a conservative standard error of the gain:
@@ -42,9 +50,7 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
         b = base.loc[eh]
         n = len(grp)
         mean = grp.success.mean()
-        seed_var = grp.success.var(ddof=1) if n > 1 else 0.0
-        var_es = seed_var / n + (grp.success_se ** 2).mean() / n
-        se = math.sqrt(var_es + float(b.success_se) ** 2)
+        se = math.sqrt(seed_mean_variance(grp) + float(b.success_se) ** 2)
         gain = mean - float(b.success)
         rows.append({
             "method": grp.method.iloc[0], "train_horizon": th, "population": g, "eval_horizon": eh, "seeds": n,

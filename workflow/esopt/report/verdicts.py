@@ -5,7 +5,7 @@ sensitivity (more members, higher final success).
 
 A difference of means over training seeds gets the variance
   Var(mean) = seed variance / n + mean binomial variance / n
-per arm (as esopt.report.sudoku.summarize; the arms' evaluations share their puzzles,
+per arm (esopt.report.sudoku.seed_mean_variance, as the base-vs-ESOpt summary; the arms' evaluations share their puzzles,
 no credit is taken for pairing), and a Student t interval with n_a + n_b - 2 degrees
 of freedom. Verdicts:
   reproduced      the interval lies above 0;
@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from esopt.report.methods import parse_reference
+from esopt.report.sudoku import seed_mean_variance
 
 # two-sided 95% Student t quantiles by degrees of freedom; beyond 30: the normal's
 T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
@@ -47,9 +48,7 @@ def arm(evals: pd.DataFrame, method: str, horizon: int, population: int | None =
 
 def _moments(a: pd.DataFrame) -> tuple[float, float, int]:
     n = len(a)
-    s = a.success.astype(float)
-    var = (s.var(ddof=1) + (a.success_se.astype(float) ** 2).mean()) / n if n > 1 else float("nan")
-    return (s.mean() if n else float("nan")), var, n
+    return (a.success.astype(float).mean() if n else float("nan")), (seed_mean_variance(a) if n else float("nan")), n
 
 
 def contrast(plus: Sequence[pd.DataFrame], minus: Sequence[pd.DataFrame]) -> dict[str, Any]:
