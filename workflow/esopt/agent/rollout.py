@@ -1,8 +1,8 @@
-"""Batched multi-turn rollouts: every unfinished episode advances with one generate call per turn.
+"""Batched multi-turn rollouts: every unfinished episode advances with one engine call per turn.
 
 All episodes of one model state move together: turn k builds the chat prompt of
-every active episode, calls model.generate once on the left-padded batch, and
-steps each environment with its decoded action. Model output is untrusted; the
+every active episode, asks the engine (esopt.agent.engine) to continue them all,
+and steps each environment with its decoded action. Model output is untrusted; the
 environment answers anything it cannot use with an explanatory observation.
 """
 
@@ -15,37 +15,13 @@ from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
+from esopt.agent.engine import Engine, Sampling, as_engine
 from esopt.io import atomic_path
-from esopt.seeding import derive_seed
 
 
 class TextEnv(Protocol):
     def reset(self, task: Any) -> str: ...
     def step(self, action: str) -> tuple[str, float, bool, dict]: ...
-
-
-@dataclass(frozen=True)
-class Sampling:
-    do_sample: bool = True
-    temperature: float = 0.7
-    top_p: float = 0.8
-    top_k: int = 20
-    max_new_tokens: int = 16  # cap on tokens per turn
-
-    @classmethod
-    def from_profile(cls, profile: dict[str, Any], max_new_tokens: int, do_sample: bool = True) -> "Sampling":
-        """A config's sampling profile ({temperature, top_p, top_k}) with a per-turn token cap;
-        do_sample False: greedy (the profile is kept but unused)."""
-        return cls(do_sample=do_sample, temperature=profile["temperature"], top_p=profile["top_p"],
-                   top_k=profile["top_k"], max_new_tokens=max_new_tokens)
-
-    def generate_kwargs(self) -> dict[str, Any]:
-        if not self.do_sample:
-            return {"do_sample": False, "max_new_tokens": self.max_new_tokens}
-        return {
-            "do_sample": True, "temperature": self.temperature, "top_p": self.top_p,
-            "top_k": self.top_k, "max_new_tokens": self.max_new_tokens,
-        }
 
 
 @dataclass
@@ -123,9 +99,8 @@ def render_prompt(tokenizer, messages: list[dict[str, str]], thinking: bool) -> 
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=thinking)
 
 
-@torch.no_grad()
 def rollout(
-    model: torch.nn.Module,
+    policy: torch.nn.Module | Engine,
     tokenizer,
     make_env: Callable[[], TextEnv],
     tasks: Sequence[Any],
@@ -139,24 +114,21 @@ def rollout(
     counters: dict[str, int] | None = None,
     thinking: bool = False,
 ) -> list[Trajectory]:
-    """Run one episode per task with the model as it is now; returns trajectories in task order.
+    """Run one episode per task with the policy as it is now; returns trajectories in task order.
 
+    `policy` is a model (run through esopt.agent.engine.HFEngine) or an Engine.
     `seed` fixes the sampling noise (the same seed for every ES member gives common
-    random numbers); `batch_size` bounds how many episodes share one generate call.
+    random numbers); `batch_size` bounds how many episodes share one HF generate call.
     `counters` (if given) accumulates generate_calls, prompt_tokens and
     generated_tokens actually run through the model (cached replies cost nothing).
     `thinking` is agent.thinking: the template's enable_thinking; the environment gets
     each reply's answer, its reasoning is kept on the Turn.
     """
-    counters = counters if counters is not None else {}
     if thinking:
         require_thinking_mode(tokenizer)
-    model.eval()
+    engine = as_engine(policy, tokenizer, batch_size)
     envs = [make_env() for _ in tasks]
     trajs = [Trajectory(task_id(t), system, env.reset(t)) for env, t in zip(envs, tasks)]
-    step = batch_size or len(tasks) or 1
-    gen_kwargs = sampling.generate_kwargs()
-    device = next(model.parameters()).device
     # Greedy decoding is a function of the prompt: a prompt seen before (a stalled
     # episode repeating a rejected move, or two episodes in the same state) gets
     # its earlier reply without another forward pass.
@@ -175,42 +147,25 @@ def rollout(
                     first.setdefault(prompts[i], i)
             todo = list(first.values())
         actions: dict[int, str] = {}  # sampled replies of this turn (greedy ones live in `replies`)
-        for lo in range(0, len(todo), step):
-            idx = todo[lo:lo + step]
-            enc = tokenizer([prompts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-            if sampling.do_sample:
-                torch.manual_seed(derive_seed("sampling", seed, turn, lo))
-            out = model.generate(
-                **enc, **gen_kwargs, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-            )
-            new = out[:, enc["input_ids"].shape[1]:]
-            decoded = tokenizer.batch_decode(new, skip_special_tokens=True)
-            counters["generate_calls"] = counters.get("generate_calls", 0) + 1
-            counters["prompt_tokens"] = counters.get("prompt_tokens", 0) + int(enc["attention_mask"].sum())
-            counters["generated_tokens"] = counters.get("generated_tokens", 0) + _generated_tokens(new, tokenizer.eos_token_id)
-            for i, action in zip(idx, decoded):
+        if todo:
+            ids = tokenizer([prompts[i] for i in todo], add_special_tokens=False)["input_ids"]
+            done = engine.generate(ids, sampling, ("sampling", seed, turn), keys=todo, counters=counters)
+            for i, c in zip(todo, done):
                 if replies is None:
-                    actions[i] = action
+                    actions[i] = c.text
                 else:
-                    replies[prompts[i]] = action
+                    replies[prompts[i]] = c.text
         for i in active:
             reasoning, action = split_reply(actions[i] if replies is None else replies[prompts[i]], thinking)
-            obs, reward, done, info = envs[i].step(action)
+            obs, reward, done_, info = envs[i].step(action)
             tr = trajs[i]
             tr.turns.append(Turn(action, obs, float(reward), reasoning))
             tr.reward += float(reward)
-            tr.done = done
+            tr.done = done_
             tr.info = info
     for tr in trajs:  # the turn budget ran out before the env said done
         tr.done = True
     return trajs
-
-
-def _generated_tokens(new: torch.Tensor, eos_id: int) -> int:
-    """Tokens up to and including the first EOS of each row (the rest is padding)."""
-    is_eos = new == eos_id
-    first = torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, torch.full_like(is_eos[:, 0], new.shape[1], dtype=torch.long))
-    return int(first.sum())
 
 
 def write_trajectories(path: str | os.PathLike, trajs: Sequence[Trajectory], **extra: Any) -> None:

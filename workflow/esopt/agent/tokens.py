@@ -27,9 +27,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from esopt.agent.engine import Engine, as_engine
 from esopt.agent.rollout import (Sampling, TextEnv, Trajectory, Turn, build_messages, require_thinking_mode,
                                  split_reply)
-from esopt.seeding import derive_seed
 
 
 @dataclass
@@ -159,13 +159,8 @@ class ChatTokens:
         return self._ids(self._render(msgs, True))
 
 
-def _trim(gen: list[int], eos_id: int) -> list[int]:
-    return gen[: gen.index(eos_id) + 1] if eos_id in gen else gen
-
-
-@torch.no_grad()
 def token_rollout(
-    model: torch.nn.Module,
+    policy: torch.nn.Module | Engine,
     tokenizer,
     make_env: Callable[[], TextEnv],
     tasks: Sequence[Any],
@@ -183,6 +178,7 @@ def token_rollout(
 ) -> list[TokenTrajectory]:
     """One episode per task (repeat a task to get a group); all episodes advance together.
 
+    `policy` is a model (run through esopt.agent.engine.HFEngine) or an Engine.
     max_total_tokens caps the tokens of an episode's training sequences: a turn
     that could exceed it is not started and the episode ends truncated, reward 0.
     counters (if given) accumulates generate_calls, prompt_tokens, generated_tokens.
@@ -193,21 +189,16 @@ def token_rollout(
         raise ValueError(f"token rollouts support agent.history_turns 0 or null (whole conversation), got {history_turns}")
     if history_thinking not in ("keep", "drop"):
         raise ValueError(f"agent.history_thinking must be keep or drop, got {history_thinking!r}")
-    model.eval()
+    engine = as_engine(policy, tokenizer, batch_size)
     chat = ChatTokens(tokenizer, system, thinking)
     rerender = history_turns is None and history_thinking == "drop" and chat.drops_thinking
-    eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
+    eos_id = tokenizer.eos_token_id
     envs = [make_env() for _ in tasks]
     trajs = [TokenTrajectory(task_id(t), system, env.reset(t)) for env, t in zip(envs, tasks)]
     stream: list[list[int]] = [[] for _ in trajs]  # the current sequence of each episode
     total = [0] * len(trajs)  # tokens over all its sequences
     pending = [chat.prompt(tr.first_observation) for tr in trajs]  # context before the next reply
     fresh = [True] * len(trajs)
-    temperature = sampling.temperature if sampling.do_sample else 1.0
-    gen_kwargs = sampling.generate_kwargs()
-    device = next(model.parameters()).device
-    step = batch_size or len(tasks) or 1
-    counters = counters if counters is not None else {}
     for turn in range(max_turns):
         active = []
         for i, tr in enumerate(trajs):
@@ -221,46 +212,27 @@ def token_rollout(
         if not active:
             break
         contexts = {i: (pending[i] if fresh[i] else stream[i] + pending[i]) for i in active}
-        for lo in range(0, len(active), step):
-            idx = active[lo:lo + step]
-            width = max(len(contexts[i]) for i in idx)
-            ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
-            attn = torch.zeros((len(idx), width), dtype=torch.long)
-            for r, i in enumerate(idx):  # left padding
-                c = contexts[i]
-                ids[r, width - len(c):] = torch.tensor(c)
-                attn[r, width - len(c):] = 1
-            if sampling.do_sample:
-                torch.manual_seed(derive_seed("token-sampling", seed, turn, lo))
-            out = model.generate(
-                input_ids=ids.to(device), attention_mask=attn.to(device), **gen_kwargs,
-                pad_token_id=pad_id, eos_token_id=eos_id, return_dict_in_generate=True, output_logits=True,
-            )
-            new = out.sequences[:, width:].cpu()
-            logp = torch.stack(out.logits, dim=1).float().div(temperature).log_softmax(-1).cpu()
-            counters["generate_calls"] = counters.get("generate_calls", 0) + 1
-            for r, i in enumerate(idx):
-                gen = _trim(new[r].tolist(), eos_id)
-                lp = logp[r, torch.arange(len(gen)), torch.tensor(gen, dtype=torch.long)].tolist() if gen else []
-                counters["prompt_tokens"] = counters.get("prompt_tokens", 0) + len(contexts[i])
-                counters["generated_tokens"] = counters.get("generated_tokens", 0) + len(gen)
-                tr = trajs[i]
-                tr.tokens.append(TokenTurn(pending[i], gen, lp, fresh[i]))
-                total[i] += len(pending[i]) + len(gen)
-                stream[i] = contexts[i] + gen
-                reasoning, action = split_reply(tokenizer.decode(gen, skip_special_tokens=True), thinking)
-                obs, reward, done, info = envs[i].step(action)
-                tr.tokens[-1].reward = float(reward)
-                tr.turns.append(Turn(action, obs, float(reward), reasoning))
-                tr.reward += float(reward)
-                tr.done, tr.info = done, info
-                eos_seen = bool(gen) and gen[-1] == eos_id
-                if rerender:  # the conversation as the template shows it now, earlier thinking dropped
-                    pending[i], fresh[i] = chat.conversation(build_messages(tr, None)), True
-                elif history_turns is None:  # extend the ids the policy saw and produced
-                    pending[i], fresh[i] = chat.closing(eos_seen) + chat.user(obs), False
-                else:
-                    pending[i], fresh[i] = chat.prompt(obs), True
+        replies = engine.generate([contexts[i] for i in active], sampling, ("token-sampling", seed, turn),
+                                  keys=active, logprobs=True, counters=counters)
+        for i, reply in zip(active, replies):
+            gen, lp = reply.token_ids, reply.logprobs
+            tr = trajs[i]
+            tr.tokens.append(TokenTurn(pending[i], gen, lp, fresh[i]))
+            total[i] += len(pending[i]) + len(gen)
+            stream[i] = contexts[i] + gen
+            reasoning, action = split_reply(reply.text, thinking)
+            obs, reward, done, info = envs[i].step(action)
+            tr.tokens[-1].reward = float(reward)
+            tr.turns.append(Turn(action, obs, float(reward), reasoning))
+            tr.reward += float(reward)
+            tr.done, tr.info = done, info
+            eos_seen = bool(gen) and gen[-1] == eos_id
+            if rerender:  # the conversation as the template shows it now, earlier thinking dropped
+                pending[i], fresh[i] = chat.conversation(build_messages(tr, None)), True
+            elif history_turns is None:  # extend the ids the policy saw and produced
+                pending[i], fresh[i] = chat.closing(eos_seen) + chat.user(obs), False
+            else:
+                pending[i], fresh[i] = chat.prompt(obs), True
     for tr in trajs:
         tr.done = True  # the turn budget ran out before the env said done
         if tr.truncated:  # a truncated episode counts as a failure
