@@ -73,6 +73,14 @@ class Fidelity:
         s.changed += int(torch.count_nonzero(realized))
         s.numel += realized.numel()
 
+    def absorb(self, other: Fidelity) -> None:
+        """Add another accumulator's sums (e.g. one computed inside an inference engine's worker)."""
+        for g, o in other.sums.items():
+            s = self.sums.setdefault(g, _Sums())
+            s.dot, s.realized_sq = s.dot + o.dot, s.realized_sq + o.realized_sq
+            s.intended_sq += o.intended_sq
+            s.changed, s.numel = s.changed + o.changed, s.numel + o.numel
+
     def summary(self) -> dict[str, dict[str, float]]:
         """{group: {cosine, changed}}; cosine is 0 where nothing changed (no step in δ's direction)."""
         out = {}

@@ -282,14 +282,36 @@ class Perturber:
 
     def __init__(self, module: torch.nn.Module, chunk: int = CHUNK, rounding: str = "nearest"):
         # named_parameters() drops duplicates, so tied weights are perturbed once.
-        self.params: list[tuple[str, torch.Tensor]] = [
-            (name, p) for name, p in module.named_parameters() if p.is_floating_point()
-        ]
-        if not self.params:
+        params = [(name, p) for name, p in module.named_parameters() if p.is_floating_point()]
+        if not params:
             raise ValueError("module has no floating-point parameters to perturb")
+        self._setup(params, param_groups(module), chunk, rounding)
+
+    @classmethod
+    def from_tensors(cls, params: Sequence[tuple[str, torch.Tensor]], groups: dict[str, str],
+                     chunk: int = CHUNK, rounding: str = "nearest") -> Perturber:
+        """A Perturber over named tensors that are not one module's parameters, e.g. views of an
+        inference engine's fused weights under Hugging Face names (esopt.agent.vllm_worker).
+        The noise of a tensor depends on its name and size only, so the same names give the
+        same perturbations as the module they stand for. groups: name -> linear|norm|embedding."""
+        params = list(params)
+        if not params:
+            raise ValueError("no tensors to perturb")
+        for name, t in params:
+            if not t.is_contiguous():
+                raise ValueError(f"tensor {name} is not contiguous: it is perturbed through a flat view")
+        missing = [name for name, _ in params if name not in groups]
+        if missing:
+            raise ValueError(f"no parameter group for {missing[:3]}")
+        perturber = cls.__new__(cls)
+        perturber._setup(params, groups, chunk, rounding)
+        return perturber
+
+    def _setup(self, params: list[tuple[str, torch.Tensor]], groups: dict[str, str], chunk: int, rounding: str) -> None:
+        self.params: list[tuple[str, torch.Tensor]] = params
         self.chunk = chunk
         self.rounding = check_rounding(rounding)
-        self.groups = param_groups(module)  # linear / norm / embedding, for the fidelity metrics
+        self.groups = groups  # linear / norm / embedding, for the fidelity metrics
         self.master = Fp32Master(self.params) if rounding == "fp32_master" else None
         self._active: _Active | None = None
         self._stored = 0  # elements with information held for the active perturbation

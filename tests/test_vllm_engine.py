@@ -1,0 +1,203 @@
+"""The vLLM engine with ES inside it, on a tiny Qwen3 model on CPU.
+
+Runs where vLLM is installed (.ci/run builds that environment: docs/engine.md); skipped
+elsewhere, except the missing-install message. One engine serves the whole module (an
+engine start takes about a minute on 2 cores).
+"""
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+
+from esopt.agent.engine import HFEngine, Sampling
+from esopt.config import load_config
+from esopt.es.fidelity import Fidelity
+from esopt.es.perturb import Perturber
+from esopt.models.load import load_model_and_tokenizer
+
+from conftest import SMOKE
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed (the engine environment of docs/engine.md)")
+
+
+def test_missing_vllm_names_the_extra(monkeypatch):
+    if HAS_VLLM:
+        monkeypatch.setitem(sys.modules, "vllm", None)  # an import of vllm now fails
+    from esopt.agent.vllm_engine import VLLMEngine
+
+    with pytest.raises(ImportError, match=r"esopt\[vllm\]|\.\[vllm\]"):
+        VLLMEngine("unused", tokenizer=None)
+
+
+@pytest.fixture(scope="module")
+def qwen3_model(tmp_path_factory):
+    """The smoke config's model as a Qwen3ForCausalLM with 32-dim heads (vLLM's CPU attention
+    has no kernel for smaller ones), built and briefly warm-started by the real CLI."""
+    cfg = load_config(SMOKE)
+    cfg["model"]["name"] = "smoke-qwen3"
+    cfg["model"]["tiny"].update(architecture="qwen3", layer_types=["full_attention"] * 2, hidden_size=64,
+                                intermediate_size=128, num_attention_heads=2, num_key_value_heads=1, head_dim=32)
+    root = tmp_path_factory.mktemp("qwen3")
+    (root / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    subprocess.run([sys.executable, "-m", "esopt.cli.build_model", "--config", str(root / "cfg.yaml"),
+                    "--out", str(root / "model")], check=True, capture_output=True)
+    return root / "model"
+
+
+@pytest.fixture(scope="module")
+def engine(qwen3_model):
+    from esopt.agent.vllm_engine import VLLMEngine
+
+    _, tok = load_model_and_tokenizer(qwen3_model)
+    eng = VLLMEngine(qwen3_model, tok, gpu_memory_utilization=0.1, max_model_len=1024)
+    yield eng
+    eng.close()
+
+
+def hf_state(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def assert_same_weights(engine, model):
+    got = engine.state_dict()
+    want = hf_state(model)
+    assert got.keys() == want.keys()
+    for name in want:
+        assert torch.equal(got[name], want[name]), name
+
+
+@needs_vllm
+def test_every_hf_tensor_maps_onto_the_engine_and_starts_equal(engine, qwen3_model):
+    model, _ = load_model_and_tokenizer(qwen3_model)
+    names = set(hf_state(model))
+    assert any(".q_proj." in n for n in names) and any(".gate_proj." in n for n in names)  # fused in vLLM
+    assert_same_weights(engine, model)
+
+
+def _long_prompt(engine, tok):
+    block = engine.llm.llm_engine.vllm_config.cache_config.block_size
+    ids = tok("r1c1=1 r2c2=2 r3c3=3 r4c4=4 " * 200, add_special_tokens=False)["input_ids"]
+    assert len(ids) > 2 * block, "the prompt must fill whole cache blocks to be cached"
+    return ids[: 2 * block + 5]
+
+
+def _greedy_logprobs(engine, prompt):
+    from vllm import SamplingParams
+
+    out = engine.llm.generate([{"prompt_token_ids": prompt}], SamplingParams(temperature=0.0, max_tokens=4, logprobs=0),
+                              use_tqdm=False)[0].outputs[0]
+    return [lp[t].logprob for t, lp in zip(out.token_ids, out.logprobs)]
+
+
+@needs_vllm
+def test_a_weight_change_never_reuses_cached_keys_and_values(engine, qwen3_model):
+    """Without a reset the prefix cache would serve the old weights' keys and values (shown
+    first); through the perturber every member computes its own."""
+    _, tok = load_model_and_tokenizer(qwen3_model)
+    prompt = _long_prompt(engine, tok)
+    before = _greedy_logprobs(engine, prompt)  # caches the prompt's blocks
+    engine.llm.collective_rpc("es_apply", args=(5, 0.05, False))  # behind the perturber's back: no reset
+    stale = _greedy_logprobs(engine, prompt)
+    engine.reset_prefix_cache()
+    fresh = _greedy_logprobs(engine, prompt)
+    engine.llm.collective_rpc("es_revert")
+    engine.reset_prefix_cache()
+    assert stale != fresh  # the hazard is real: the stale cache changes what the model computes
+    ev = engine.perturber()
+    assert _greedy_logprobs(engine, prompt) == before
+    ev.apply(5, 0.05)
+    assert _greedy_logprobs(engine, prompt) == fresh
+    ev.revert()
+    assert _greedy_logprobs(engine, prompt) == before
+
+
+@needs_vllm
+def test_vllm_forward_matches_hf_under_the_same_perturbation(engine, qwen3_model):
+    """The engine computes with the weights the perturber wrote: its log-probs of the prompt
+    follow HF's forward on the same perturbed weights (bf16 kernels differ a little)."""
+    from vllm import SamplingParams
+
+    model, tok = load_model_and_tokenizer(qwen3_model, dtype="float32")
+    prompt = _long_prompt(engine, tok)
+    ev = engine.perturber()
+    ev.apply(21, 0.05)
+    try:
+        out = engine.llm.generate([{"prompt_token_ids": prompt}], SamplingParams(max_tokens=1, prompt_logprobs=0),
+                                  use_tqdm=False)[0]
+        got = torch.tensor([d[t].logprob for t, d in zip(prompt[1:], out.prompt_logprobs[1:])])
+        weights = engine.state_dict()
+    finally:
+        ev.revert()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(weights[n].float())
+        logits = model(torch.tensor([prompt])).logits[0, :-1].float().log_softmax(-1)
+    want = logits[torch.arange(len(prompt) - 1), torch.tensor(prompt[1:])]
+    base_model, _ = load_model_and_tokenizer(qwen3_model, dtype="float32")
+    with torch.no_grad():
+        base = base_model(torch.tensor([prompt])).logits[0, :-1].float().log_softmax(-1)
+    unperturbed = base[torch.arange(len(prompt) - 1), torch.tensor(prompt[1:])]
+    err = (got - want).abs().mean().item()
+    assert err < 0.05 and err < 0.2 * (unperturbed - want).abs().mean().item()
+
+
+@needs_vllm
+def test_per_request_seeds_give_common_random_numbers(engine, qwen3_model):
+    _, tok = load_model_and_tokenizer(qwen3_model)
+    prompts = [tok(f"r{i}c1=", add_special_tokens=False)["input_ids"] for i in range(1, 5)]
+    s = Sampling(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=6)
+    a = engine.generate(prompts, s, ("t", 1), keys=[0, 1, 2, 3])
+    b = engine.generate(prompts[1:], s, ("t", 1), keys=[1, 2, 3])  # episode 0 already done
+    c = engine.generate(prompts, s, ("t", 2), keys=[0, 1, 2, 3])
+    assert [x.token_ids for x in a[1:]] == [x.token_ids for x in b]
+    assert [x.token_ids for x in a] != [x.token_ids for x in c]
+    counters: dict[str, int] = {}
+    g = engine.generate(prompts, Sampling(do_sample=False, max_new_tokens=6), ("t", 1), counters=counters)
+    assert counters["generated_tokens"] == sum(len(x.token_ids) for x in g)
+    assert all(x.text == tok.decode(x.token_ids, skip_special_tokens=True) for x in g)
+    with pytest.raises(NotImplementedError, match="HF engine"):
+        engine.generate(prompts, s, ("t", 1), logprobs=True)
+
+
+@needs_vllm
+def test_greedy_replies_match_hf_generate(engine, qwen3_model):
+    """Same prompts, greedy: most replies are the same tokens (kernels differ in bf16 rounding,
+    so an argmax may flip on a near tie)."""
+    model, tok = load_model_and_tokenizer(qwen3_model)
+    prompts = [tok(f"r{i}c{j}=", add_special_tokens=False)["input_ids"] for i in range(1, 5) for j in range(1, 5)]
+    greedy = Sampling(do_sample=False, max_new_tokens=6)
+    hf = HFEngine(model, tok).generate(prompts, greedy, ("g",))
+    ev = engine.generate(prompts, greedy, ("g",))
+    same = sum(a.token_ids == b.token_ids for a, b in zip(hf, ev))
+    assert same >= 0.75 * len(prompts), f"{same}/{len(prompts)} greedy replies agree"
+
+
+@needs_vllm
+def test_same_seeds_and_rewards_give_identical_weights_on_hf_and_vllm(engine, qwen3_model):
+    """apply / revert / update with the same seeds and coefficients, compared tensor by tensor
+    under HF names; linear weights included (vLLM's CPU backend would repack them away).
+    Last in the module: the update leaves the engine off its base weights."""
+    model, _ = load_model_and_tokenizer(qwen3_model)
+    base = hf_state(model)
+    hf, ev = Perturber(model), engine.perturber()
+    hf.apply(11, 0.01)
+    ev.apply(11, 0.01)
+    assert_same_weights(engine, model)
+    moved = engine.state_dict()
+    for name in ("model.layers.0.self_attn.k_proj.weight", "model.layers.1.mlp.up_proj.weight",
+                 "model.layers.0.self_attn.o_proj.weight"):
+        assert not torch.equal(moved[name], base[name]), f"{name} did not move"
+    hf.revert()
+    ev.revert()
+    assert_same_weights(engine, model)
+    assert all(torch.equal(engine.state_dict()[n], base[n]) for n in base)  # the exact revert
+    f_hf, f_ev = Fidelity(), Fidelity()
+    hf.update([11, 12, 13], [0.004, -0.002, 0.001], fidelity=f_hf)
+    ev.update([11, 12, 13], [0.004, -0.002, 0.001], fidelity=f_ev)
+    assert_same_weights(engine, model)
+    assert f_ev.summary() == f_hf.summary()

