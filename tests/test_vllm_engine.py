@@ -1,11 +1,13 @@
 """The vLLM engine with ES inside it, on a tiny Qwen3 model on CPU.
 
-Runs where vLLM is installed (.ci/run builds that environment: docs/engine.md); skipped
-elsewhere, except the missing-install message. One engine serves the whole module (an
+Runs where vLLM is installed (.ci/run builds that environment: docs/engine.md, and sets
+ESOPT_VLLM_REQUIRED so a broken install fails instead of skipping); skipped elsewhere,
+except the missing-install message. One engine serves the whole module (an
 engine start takes about a minute on 2 cores).
 """
 
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -22,6 +24,8 @@ from esopt.models.load import load_model_and_tokenizer
 from conftest import SMOKE
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
+if os.environ.get("ESOPT_VLLM_REQUIRED") and not HAS_VLLM:  # .ci/run's engine environment
+    raise RuntimeError("ESOPT_VLLM_REQUIRED is set but vllm does not import")
 needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed (the engine environment of docs/engine.md)")
 
 

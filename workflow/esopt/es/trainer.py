@@ -106,7 +106,7 @@ Fitness = Callable[[Member], tuple[float, dict[str, Any]]]
 
 @dataclass
 class ESTrainer:
-    model: torch.nn.Module
+    model: torch.nn.Module | None  # None when `perturber` runs elsewhere (an inference engine's workers)
     cfg: ESConfig
     fitness: Fitness
     history_path: str | os.PathLike | None = None
@@ -114,9 +114,17 @@ class ESTrainer:
     on_generation: Callable[[GenerationRecord], None] | None = None
     progress: bool = True
     collective: Collective = field(default_factory=Collective)  # ranks sharing the population
+    # Perturber(model) by default; or one with its interface that perturbs the weights where
+    # they live, e.g. esopt.agent.vllm_engine.VLLMEngine.perturber(rounding)
+    perturber: Any = None
 
     def __post_init__(self) -> None:
-        self.perturber = Perturber(self.model, rounding=self.cfg.update_rounding)
+        if self.perturber is None:
+            if self.model is None:
+                raise ValueError("ESTrainer needs a model or a perturber")
+            self.perturber = Perturber(self.model, rounding=self.cfg.update_rounding)
+        elif getattr(self.perturber, "rounding", self.cfg.update_rounding) != self.cfg.update_rounding:
+            raise ValueError(f"the perturber rounds {self.perturber.rounding}, the run {self.cfg.update_rounding}")
         self.history = History(run={"es": self.cfg.as_record(), **self.run_info})
 
     def resume(self) -> int:

@@ -1,0 +1,136 @@
+"""HF generate vs vLLM per ES generation, measured side by side on the same model and episodes.
+
+Both engines run the same ES generations (the same member seeds, task batches and greedy
+or sampled member decoding as the config's es section) on Sudoku at one H*, each with the
+same number of CPU threads, and the script prints per engine: seconds per generation,
+seconds in member rollouts, the share of a generation spent outside rollouts (apply,
+revert, update, reward bookkeeping), generated tokens and tokens per second, then the
+ratios vLLM / HF. Engine start-up is timed apart (it is paid once per job).
+
+Needs vLLM (docs/engine.md: its own environment). vLLM's Qwen3.5 module imports
+torchvision, which the CPU build cannot load, so on CPU the model is the config's tiny
+shape as a Qwen3ForCausalLM (model.tiny.architecture qwen3), built and warm-started by
+`esopt build-model` unless --model names one.
+
+    python benchmarks/engine.py --config config/tiny.yaml --horizon 4 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow"))
+
+from esopt.config import es_settings, load_config  # noqa: E402
+from esopt.es import ESConfig, ESTrainer  # noqa: E402
+from esopt.eval.episodes import EpisodeSpec, run_episodes, summarize  # noqa: E402
+
+
+def qwen3_model(config: str, steps: int, overrides: list[str], out: Path) -> Path:
+    """The config's tiny model as Qwen3 (full attention), warm-started for `steps` steps;
+    overrides (KEY=VALUE) change its shape, e.g. hidden_size=512."""
+    cfg = load_config(config)
+    m = cfg["model"]
+    m["name"] = f"{m['name']}-qwen3"
+    m["tiny"]["architecture"] = "qwen3"
+    for kv in overrides:
+        key, value = kv.split("=", 1)
+        m["tiny"][key] = yaml.safe_load(value)
+    m["warmstart"]["steps"] = steps
+    m["warmstart"].pop("select", None)
+    m.pop("expect", None)
+    path = out / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    subprocess.run([sys.executable, "-m", "esopt.cli.build_model", "--config", str(path), "--out", str(out / "model")],
+                   check=True)
+    return out / "model"
+
+
+def run_generations(policy, perturber, tok, cfg, args) -> dict[str, float]:
+    settings = es_settings(cfg, args.horizon, None)
+    settings = {**settings, "generations": args.generations,
+                "sigma": {**settings["sigma"], "schedule": "constant"}}
+    es_cfg = ESConfig.from_settings(settings, args.population, seed=0)
+    spec = EpisodeSpec.from_config(cfg, args.horizon, settings["member_decoding"], batch_size=None)
+    rollout_s, tokens, rewards = [0.0], [0], []
+
+    def fitness(member):
+        counters: dict[str, int] = {}
+        t = time.perf_counter()
+        trajs = run_episodes(policy, tok, spec, args.tasks, seed=member.task_seed, split="train", counters=counters)
+        rollout_s[0] += time.perf_counter() - t
+        tokens[0] += counters.get("generated_tokens", 0)
+        s = summarize(trajs)
+        rewards.append(s["mean_reward"])
+        return s["mean_reward"], {}
+
+    trainer = ESTrainer(None if perturber is not None else policy, es_cfg, fitness, progress=False, perturber=perturber)
+    t = time.perf_counter()
+    trainer.run()
+    wall = time.perf_counter() - t
+    gens = args.generations
+    return {"s_per_gen": wall / gens, "rollout_s_per_gen": rollout_s[0] / gens,
+            "outside_share": 1 - rollout_s[0] / wall, "tokens_per_gen": tokens[0] / gens,
+            "tokens_per_s": tokens[0] / rollout_s[0], "mean_reward": sum(rewards) / len(rewards)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default=str(ROOT / "config/tiny.yaml"))
+    ap.add_argument("--model", help="a saved Qwen3 model directory (default: build one)")
+    ap.add_argument("--warmstart-steps", type=int, default=300)
+    ap.add_argument("--tiny", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="change the built model's shape (model.tiny keys), e.g. hidden_size=512")
+    ap.add_argument("--horizon", type=int, default=4)
+    ap.add_argument("--population", type=int, default=16)
+    ap.add_argument("--tasks", type=int, default=32, help="episodes per member")
+    ap.add_argument("--generations", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--gpu-memory-utilization", type=float, default=0.1, help="on CPU: the share of host memory")
+    args = ap.parse_args()
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{args.threads - 1}")
+
+    import torch
+
+    from esopt.agent.vllm_engine import VLLMEngine
+    from esopt.models.load import load_model_and_tokenizer
+
+    torch.set_num_threads(args.threads)
+    cfg = load_config(args.config)
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(args.model) if args.model else qwen3_model(args.config, args.warmstart_steps, args.tiny, Path(tmp))
+        model, tok = load_model_and_tokenizer(model_dir)
+        print(f"model {model_dir} ({type(model).__name__}, {sum(p.numel() for p in model.parameters()):,} params), "
+              f"H* {args.horizon}, G {args.population}, {args.tasks} episodes per member, {args.generations} "
+              f"generations, {args.threads} threads", flush=True)
+        hf = run_generations(model, None, tok, cfg, args)
+        t = time.perf_counter()
+        engine = VLLMEngine(model_dir, tok, gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=2048,
+                            seed=0)
+        start = time.perf_counter() - t
+        try:
+            vl = run_generations(engine, engine.perturber(cfg["es"]["update_rounding"]), tok, cfg, args)
+        finally:
+            engine.close()
+    print(f"\nvLLM {engine.version}: engine start {start:.1f} s (once per job)\n")
+    print(f"{'':24s}{'HF':>12s}{'vLLM':>12s}{'vLLM/HF':>10s}")
+    rows = [("s / generation", "s_per_gen", "{:.2f}"), ("rollout s / generation", "rollout_s_per_gen", "{:.2f}"),
+            ("outside rollouts", "outside_share", "{:.1%}"), ("generated tokens / gen", "tokens_per_gen", "{:.0f}"),
+            ("tokens / s (rollouts)", "tokens_per_s", "{:.0f}"), ("mean member reward", "mean_reward", "{:.3f}")]
+    for label, key, fmt in rows:
+        print(f"{label:24s}{fmt.format(hf[key]):>12s}{fmt.format(vl[key]):>12s}{vl[key] / hf[key]:>10.2f}"
+              if hf[key] else f"{label:24s}{fmt.format(hf[key]):>12s}{fmt.format(vl[key]):>12s}")
+    print(f"\nspeed-up per ES generation (HF s / vLLM s): {hf['s_per_gen'] / vl['s_per_gen']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
