@@ -2,10 +2,12 @@
 
 Both engines run the same ES generations (the same member seeds, task batches and greedy
 or sampled member decoding as the config's es section) on Sudoku at one H*, each with the
-same number of CPU threads, and the script prints per engine: seconds per generation,
+same number of CPU threads, alternating generation by generation so that the machine's load
+weighs on both alike, and the script prints per engine: seconds per generation,
 seconds in member rollouts, the share of a generation spent outside rollouts (apply,
 revert, update, reward bookkeeping), generated tokens and tokens per second, then the
-ratios vLLM / HF. Engine start-up is timed apart (it is paid once per job).
+ratios vLLM / HF. Engine start-up is timed apart (it is paid once per job). Both revert
+members as the config's es.revert says.
 
 Needs vLLM (docs/engine.md: its own environment). vLLM's Qwen3.5 module imports
 torchvision, which the CPU build cannot load, so on CPU the model is the config's tiny
@@ -35,7 +37,7 @@ from esopt.es import ESConfig, ESTrainer  # noqa: E402
 from esopt.eval.episodes import EpisodeSpec, run_episodes, summarize  # noqa: E402
 
 
-def qwen3_model(config: str, steps: int, overrides: list[str], out: Path) -> Path:
+def qwen3_model(config: str, steps: int, overrides: list[str], model_dir: Path) -> None:
     """The config's tiny model as Qwen3 (full attention), warm-started for `steps` steps;
     overrides (KEY=VALUE) change its shape, e.g. hidden_size=512."""
     cfg = load_config(config)
@@ -48,45 +50,55 @@ def qwen3_model(config: str, steps: int, overrides: list[str], out: Path) -> Pat
     m["warmstart"]["steps"] = steps
     m["warmstart"].pop("select", None)
     m.pop("expect", None)
-    path = out / "config.yaml"
+    model_dir.parent.mkdir(parents=True, exist_ok=True)
+    path = model_dir.parent / f"{model_dir.name}.config.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    subprocess.run([sys.executable, "-m", "esopt.cli.build_model", "--config", str(path), "--out", str(out / "model")],
+    subprocess.run([sys.executable, "-m", "esopt.cli.build_model", "--config", str(path), "--out", str(model_dir)],
                    check=True)
-    return out / "model"
 
 
-def run_generations(policy, perturber, tok, cfg, args) -> dict[str, float]:
-    settings = es_settings(cfg, args.horizon, None)
-    settings = {**settings, "generations": args.generations,
-                "sigma": {**settings["sigma"], "schedule": "constant"}}
-    es_cfg = ESConfig.from_settings(settings, args.population, seed=0)
-    spec = EpisodeSpec.from_config(cfg, args.horizon, settings["member_decoding"], batch_size=None)
-    rollout_s, tokens, rewards = [0.0], [0], []
+class Run:
+    """ES generations of one engine, stepped one at a time so that two engines can alternate
+    (the machine's load then weighs on both alike)."""
 
-    def fitness(member):
-        counters: dict[str, int] = {}
+    def __init__(self, policy, perturber, tok, cfg, args):
+        settings = es_settings(cfg, args.horizon, None)
+        settings = {**settings, "generations": args.generations, "sigma": {**settings["sigma"], "schedule": "constant"}}
+        es_cfg = ESConfig.from_settings(settings, args.population, seed=0)
+        spec = EpisodeSpec.from_config(cfg, args.horizon, settings["member_decoding"], batch_size=None)
+        self.rollout_s, self.wall_s, self.tokens, self.rewards = 0.0, 0.0, 0, []
+
+        def fitness(member):
+            counters: dict[str, int] = {}
+            t = time.perf_counter()
+            trajs = run_episodes(policy, tok, spec, args.tasks, seed=member.task_seed, split="train", counters=counters)
+            self.rollout_s += time.perf_counter() - t
+            self.tokens += counters.get("generated_tokens", 0)
+            s = summarize(trajs)
+            self.rewards.append(s["mean_reward"])
+            return s["mean_reward"], {}
+
+        self.trainer = ESTrainer(None if perturber is not None else policy, es_cfg, fitness, progress=False,
+                                 perturber=perturber, revert=settings["revert"])
+        self.generations = 0
+
+    def step(self) -> None:
         t = time.perf_counter()
-        trajs = run_episodes(policy, tok, spec, args.tasks, seed=member.task_seed, split="train", counters=counters)
-        rollout_s[0] += time.perf_counter() - t
-        tokens[0] += counters.get("generated_tokens", 0)
-        s = summarize(trajs)
-        rewards.append(s["mean_reward"])
-        return s["mean_reward"], {}
+        self.trainer.step(self.generations)
+        self.wall_s += time.perf_counter() - t
+        self.generations += 1
 
-    trainer = ESTrainer(None if perturber is not None else policy, es_cfg, fitness, progress=False, perturber=perturber)
-    t = time.perf_counter()
-    trainer.run()
-    wall = time.perf_counter() - t
-    gens = args.generations
-    return {"s_per_gen": wall / gens, "rollout_s_per_gen": rollout_s[0] / gens,
-            "outside_share": 1 - rollout_s[0] / wall, "tokens_per_gen": tokens[0] / gens,
-            "tokens_per_s": tokens[0] / rollout_s[0], "mean_reward": sum(rewards) / len(rewards)}
+    def summary(self) -> dict[str, float]:
+        g = self.generations
+        return {"s_per_gen": self.wall_s / g, "rollout_s_per_gen": self.rollout_s / g,
+                "outside_share": 1 - self.rollout_s / self.wall_s, "tokens_per_gen": self.tokens / g,
+                "tokens_per_s": self.tokens / self.rollout_s, "mean_reward": sum(self.rewards) / len(self.rewards)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", default=str(ROOT / "config/tiny.yaml"))
-    ap.add_argument("--model", help="a saved Qwen3 model directory (default: build one)")
+    ap.add_argument("--model", help="a saved Qwen3 model directory; built there if missing (default: a temporary one)")
     ap.add_argument("--warmstart-steps", type=int, default=300)
     ap.add_argument("--tiny", nargs="*", default=[], metavar="KEY=VALUE",
                     help="change the built model's shape (model.tiny keys), e.g. hidden_size=512")
@@ -107,18 +119,25 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     cfg = load_config(args.config)
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = Path(args.model) if args.model else qwen3_model(args.config, args.warmstart_steps, args.tiny, Path(tmp))
+        model_dir = Path(args.model) if args.model else Path(tmp) / "model"
+        if not model_dir.exists():
+            qwen3_model(args.config, args.warmstart_steps, args.tiny, model_dir)
         model, tok = load_model_and_tokenizer(model_dir)
         print(f"model {model_dir} ({type(model).__name__}, {sum(p.numel() for p in model.parameters()):,} params), "
               f"H* {args.horizon}, G {args.population}, {args.tasks} episodes per member, {args.generations} "
               f"generations, {args.threads} threads", flush=True)
-        hf = run_generations(model, None, tok, cfg, args)
         t = time.perf_counter()
         engine = VLLMEngine(model_dir, tok, gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=2048,
                             seed=0)
         start = time.perf_counter() - t
         try:
-            vl = run_generations(engine, engine.perturber(cfg["es"]["update_rounding"]), tok, cfg, args)
+            es = cfg["es"]
+            runs = [Run(model, None, tok, cfg, args),
+                    Run(engine, engine.perturber(es["update_rounding"], revert=es["revert"]), tok, cfg, args)]
+            for _ in range(args.generations):  # alternate: HF generation t, vLLM generation t
+                for run in runs:
+                    run.step()
+            hf, vl = (run.summary() for run in runs)
         finally:
             engine.close()
     print(f"\nvLLM {engine.version}: engine start {start:.1f} s (once per job)\n")

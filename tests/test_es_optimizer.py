@@ -252,17 +252,19 @@ def quadratic_fitness(net, target):
 
 
 def test_es_reduces_a_quadratic_loss_and_is_deterministic():
-    def run():
-        net = small_net(seed=1)
+    def run(revert="exact"):
+        net = small_net(dtype=torch.bfloat16, seed=1)
         target = torch.zeros(sum(p.numel() for p in net.parameters()))
         cfg = ESConfig(population=20, generations=30, alpha=0.05, sigma=SigmaSchedule("cosine", 0.05, 0.01, total=30), antithetic=True, seed=0)
-        tr = ESTrainer(net, cfg, quadratic_fitness(net, target), progress=False)
+        tr = ESTrainer(net, cfg, quadratic_fitness(net, target), progress=False, revert=revert)
         h = tr.run()
         return h, weights_sha256(net)
 
     h1, w1 = run()
     h2, w2 = run()
-    assert w1 == w2 and [g.rewards for g in h1.generations] == [g.rewards for g in h2.generations]
+    h3, w3 = run("snapshot")  # another revert, the same run bit for bit
+    assert w1 == w2 == w3 and [g.rewards for g in h1.generations] == [g.rewards for g in h2.generations]
+    assert [g.rewards for g in h3.generations] == [g.rewards for g in h1.generations]
     first, last = h1.generations[0].rewards, h1.generations[-1].rewards
     assert max(last) > max(first)
 
@@ -302,3 +304,39 @@ def test_resume_refuses_a_history_of_another_run(tmp_path):
     mk(0).run()
     with pytest.raises(ValueError, match="different run"):
         mk(1).run()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_snapshot_revert_perturbs_alike_and_restores_bit_for_bit(dtype):
+    """es.revert snapshot: the same perturbed weights and fidelity as the exact revert, the
+    base back bit for bit, and a change made between members (an update) is what it restores."""
+    from esopt.es.fidelity import Fidelity
+
+    a, b = small_net(dtype), small_net(dtype)
+    exact, snap = Perturber(a, chunk=100), Perturber(b, chunk=100, revert="snapshot")
+    base = snapshot(b)
+    for i, sigma in enumerate([1e-3, 0.05, 1.0]):
+        fa, fb = Fidelity(), Fidelity()
+        exact.apply(7 + i, sigma, fidelity=fa)
+        snap.apply(7 + i, sigma, fidelity=fb)
+        assert bitwise_equal(snapshot(a), snapshot(b)) and fa.summary() == fb.summary()
+        assert snap.fixup_fraction() == 1.0 and snap.held_bytes() == sum(p.nbytes for p in b.parameters())
+        exact.revert()
+        snap.revert()
+        assert bitwise_equal(base, snapshot(b)) and snap.held_bytes() == 0
+    snap.update([1, 2], [0.01, -0.02])
+    exact.update([1, 2], [0.01, -0.02])
+    updated = snapshot(b)
+    snap.apply(9, 0.1)
+    snap.revert()
+    assert bitwise_equal(updated, snapshot(b)) and bitwise_equal(snapshot(a), updated)
+
+
+def test_revert_auto_is_exact_on_cpu_and_unknown_modes_are_refused():
+    from esopt.es.perturb import resolve_revert
+
+    assert resolve_revert("auto", torch.device("cpu")) == "exact"
+    assert resolve_revert("auto", torch.device("cuda", 0)) == "snapshot"
+    assert Perturber(small_net(), revert="auto").revert_mode == "exact"
+    with pytest.raises(ValueError, match="es.revert"):
+        Perturber(small_net(), revert="copy")

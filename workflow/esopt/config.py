@@ -207,6 +207,13 @@ def without(d: Any, keys: tuple[str, ...]) -> Any:
     return {k: v for k, v in d.items() if k not in keys} if isinstance(d, dict) else d
 
 
+def engine_settings(c: dict[str, Any], benchmark: str) -> dict[str, Any]:
+    """{name: hf} or {name: vllm, **engine.vllm}: the engine of a benchmark's ES and evaluation rollouts."""
+    e = section(c, "engine")
+    name = e.get(benchmark, "hf")
+    return {"name": name, **(e.get("vllm") or {})} if name == "vllm" else {"name": name}
+
+
 def sudoku_max_turns(c: dict[str, Any], horizon: int) -> int:
     """The turn budget of a Sudoku episode at H*: sudoku.max_turns, or turns_per_blank x H*."""
     s = c["sudoku"]

@@ -20,7 +20,7 @@ CONFIGFILE = str(
 
 # The package beside this Snakefile (also what `pip install -e .` installs).
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
-from esopt.config import all_models, load_config  # noqa: E402
+from esopt.config import all_models, engine_settings, load_config  # noqa: E402
 from esopt.provenance import jobs  # noqa: E402
 
 # Validated against workflow/schemas/config.schema.yaml, defaults filled, exactly as the
@@ -66,6 +66,14 @@ wildcard_constraints:
 # What each job depends on is written once, in esopt.provenance.jobs (`esopt audit` reads
 # the same map): a job's `settings` param holds the config sections its command reads, and
 # its `code` input the package files the command imports.
+# The conda environment of a job whose rollouts run in the benchmark's engine (config: engine)
+ENGINE_ENVS = {"hf": "../../envs/esopt.yaml", "vllm": "../../envs/vllm.yaml"}
+
+
+def engine_env(benchmark):
+    return ENGINE_ENVS[engine_settings(config, benchmark)["name"]]
+
+
 def settings(command, **keys):
     """The config sections one job of `command` depends on: a change reruns the job."""
     return jobs.settings(command, config, **keys)

@@ -16,7 +16,7 @@ rule evaluate_base:
         f"{LOGS}/evaluate_base/{{model}}_h{{eval_horizon}}.log",
     threads: config["threads"]
     conda:
-        "../../envs/esopt.yaml"
+        engine_env("sudoku")
     shell:
         "esopt evaluate --config {input.config} --model {input.model} --benchmark sudoku "
         '--horizon {wildcards.eval_horizon} --out {output.summary} --meta "{params.meta}" '
@@ -39,7 +39,7 @@ rule evaluate_es:
         f"{LOGS}/evaluate_es/{{es_method}}_{{model}}_h{{horizon}}_g{{population}}_s{{seed}}_e{{eval_horizon}}.log",
     threads: config["threads"]
     conda:
-        "../../envs/esopt.yaml"
+        engine_env("sudoku")
     shell:
         "esopt evaluate --config {input.config} --model {input.model} --benchmark sudoku "
         '--horizon {wildcards.eval_horizon} --out {output.summary} --meta "{params.meta}" '
@@ -62,7 +62,7 @@ rule evaluate_rl:
         f"{LOGS}/evaluate_rl/{{method}}_h{{horizon}}_s{{seed}}.log",
     threads: config["threads"]
     conda:
-        "../../envs/esopt.yaml"
+        engine_env("sudoku")
     shell:
         "esopt evaluate --config {input.config} --model {input.model} --benchmark sudoku "
         '--horizon {wildcards.horizon} --out {output.summary} --meta "{params.meta}" '

@@ -27,7 +27,7 @@ rule train_es:
     resources:
         gpu=ES_GPUS,
     conda:
-        "../../envs/esopt.yaml"
+        engine_env("sudoku")
     shell:
         "{ES_LAUNCH} train-es --config {input.config} --benchmark sudoku --horizon {wildcards.horizon} "
         "--population {wildcards.population} --seed {wildcards.seed} --model {input.model} {params.variant} "

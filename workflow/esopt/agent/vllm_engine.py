@@ -108,15 +108,15 @@ class VLLMEngine:
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?)")
 
-    def perturber(self, rounding: str = "nearest", chunk: int = CHUNK) -> EnginePerturber:
+    def perturber(self, rounding: str = "nearest", chunk: int = CHUNK, revert: str = "auto") -> EnginePerturber:
         """The ES perturber of this engine's weights. Asking for another rounding (or chunk)
         builds a new one, as Perturber(model, rounding=...) would (an fp32 master is taken
         from the weights as they are now)."""
         p = self._perturber
-        if p is None or (p.rounding, p.chunk) != (rounding, chunk):
+        if p is None or (p.rounding, p.chunk, p.revert_mode) != (rounding, chunk, revert):
             if p is not None and p.is_perturbed:
                 raise RuntimeError("a perturbation is active; revert it before changing the perturber")
-            self._perturber = EnginePerturber(self, rounding, chunk)
+            self._perturber = EnginePerturber(self, rounding, chunk, revert)
         return self._perturber
 
     def state_dict(self, names: Sequence[str] | None = None) -> dict[str, torch.Tensor]:
@@ -138,10 +138,10 @@ class EnginePerturber:
     """esopt.es.Perturber's interface, run by the engine's workers; the prefix cache is reset
     after every change of the weights."""
 
-    def __init__(self, engine: VLLMEngine, rounding: str, chunk: int):
-        self.engine, self.rounding, self.chunk = engine, check_rounding(rounding), chunk
+    def __init__(self, engine: VLLMEngine, rounding: str, chunk: int, revert: str):
+        self.engine, self.rounding, self.chunk, self.revert_mode = engine, check_rounding(rounding), chunk, revert
         shapes, groups = hf_parameter_layout(engine.model_dir)
-        info = engine.llm.collective_rpc("es_setup", args=(shapes, groups, self.rounding, chunk))
+        info = engine.llm.collective_rpc("es_setup", args=(shapes, groups, self.rounding, chunk, revert))
         self.numel = info[0]["numel"]
         self._perturbed = False
         log.info("ES inside vLLM: %d HF tensors, %d elements (engine: %d)", info[0]["tensors"], self.numel,

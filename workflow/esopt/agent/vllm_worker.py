@@ -110,13 +110,13 @@ class ESWorker:
         return runner.get_model() if hasattr(runner, "get_model") else runner.model
 
     def es_setup(self, hf_shapes: dict[str, list[int]], groups: dict[str, str], rounding: str,
-                 chunk: int) -> dict[str, Any]:
+                 chunk: int, revert: str = "auto") -> dict[str, Any]:
         """Build the perturber over HF-named views of this worker's weights."""
         model = self._es_model()
         engine_params = dict(model.named_parameters())
         packed = dict(getattr(model, "packed_modules_mapping", {}) or {})
         views = hf_views(engine_params, hf_shapes, packed)
-        self._es = Perturber.from_tensors(views, groups, chunk=chunk, rounding=rounding)
+        self._es = Perturber.from_tensors(views, groups, chunk=chunk, rounding=rounding, revert=revert)
         return {"tensors": len(views), "numel": self._es.numel,
                 "engine_numel": sum(p.numel() for p in engine_params.values() if p.is_floating_point())}
 

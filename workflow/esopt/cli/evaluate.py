@@ -20,7 +20,9 @@ log = logging.getLogger("esopt.evaluate")
 
 def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config, args.threads)
+    from esopt.agent.engine import open_engine
     from esopt.agent.rollout import write_trajectories
+    from esopt.config import engine_settings
     from esopt.eval.episodes import EpisodeSpec, run_episodes, summarize
     from esopt.models.load import load_model_and_tokenizer
 
@@ -36,14 +38,19 @@ def main_fn(args: argparse.Namespace) -> int:
     upstream = Path(args.model).parent / "provenance.json"  # the training run that made the model
     if upstream.exists():
         prov.inputs.append(str(upstream))
-    trajs = run_episodes(model, tok, spec, ev["episodes"], seed=seed, split="eval")
+    policy, engine_record = open_engine(engine_settings(cfg, "sudoku"), model, tok, args.model, seed=seed)
+    try:
+        trajs = run_episodes(policy, tok, spec, ev["episodes"], seed=seed, split="eval")
+    finally:
+        if policy is not model:
+            policy.close()
     summary = {"benchmark": args.benchmark, "model": str(args.model), "horizon": args.horizon,
                "meta": parse_wildcards(args.meta),
                "decoding": ev["decoding"], "seed": seed, **summarize(trajs)}
     traj_path = out.with_suffix(".trajectories.jsonl")
     write_trajectories(traj_path, trajs, horizon=args.horizon)
     write_json_atomic(out, summary)
-    prov.write(out.with_suffix(".provenance.json"), outputs=[out, traj_path], extra={"model_device": str(model.device)})
+    prov.write(out.with_suffix(".provenance.json"), outputs=[out, traj_path], extra={"model_device": str(model.device), "engine": engine_record})
     log.info("H*=%d: success %.3f ± %.3f over %d episodes", args.horizon, summary["success"], summary["success_se"], len(trajs))
     return 0
 

@@ -92,7 +92,7 @@ def main_fn(args: argparse.Namespace) -> int:
             breakdown["fixup_fraction_max"] = max(breakdown.get("fixup_fraction_max", 0.0), trainer.perturber.fixup_fraction())
             return s["mean_reward"], {}
 
-        trainer = ESTrainer(model, es_cfg, fitness, progress=False)
+        trainer = ESTrainer(model, es_cfg, fitness, progress=False, revert=e.get("revert", "exact"))
         # es.update_rounding fp32_master keeps an fp32 copy on the host, outside the device peak
         breakdown["fp32_master_host_bytes"] = trainer.perturber.master_bytes
 

@@ -41,6 +41,22 @@ from esopt.es.fidelity import Fidelity, param_groups
 from esopt.es.noise import CHUNK, noise_chunks
 from esopt.es.rounding import COARSE, Fp32Master, check_rounding, rounding_seed, stochastic_round
 
+REVERTS = ("exact", "snapshot", "auto")
+
+
+def resolve_revert(revert: str, device: torch.device) -> str:
+    """es.revert: exact (inferred from θ' and δ, no copy of the weights), snapshot (a host
+    copy of the weights taken at each apply and copied back: one memcpy instead of a
+    second pass over the noise; costs the weights' bytes in host memory), or auto:
+    snapshot when the weights live on an accelerator (the copy is in host memory, so the
+    device stays at inference level), exact on a CPU (where host memory is the device's)."""
+    if revert not in REVERTS:
+        raise ValueError(f"es.revert must be one of {REVERTS}, got {revert!r}")
+    if revert == "auto":
+        return "exact" if device.type == "cpu" else "snapshot"
+    return revert
+
+
 # Elements processed at once within a noise chunk, by device type. On CPU small pieces
 # stay in cache and reuse their scratch buffers; on an accelerator each piece costs
 # ~100 kernel launches, so pieces are larger there (a guess, not yet measured on a GPU).
@@ -277,19 +293,21 @@ class Perturber:
     At most one perturbation is active; `update` is refused while perturbed;
     `apply` of the active perturbation and `revert` when clean are no-ops.
     `rounding` says how `update` writes its fp32 result (esopt.es.rounding); with
-    fp32_master the master is taken from the module's weights now.
+    fp32_master the master is taken from the module's weights now. `revert` (exact,
+    snapshot, auto: resolve_revert) says how revert restores the weights; both restore
+    them bit for bit and perturb them to the same values.
     """
 
-    def __init__(self, module: torch.nn.Module, chunk: int = CHUNK, rounding: str = "nearest"):
+    def __init__(self, module: torch.nn.Module, chunk: int = CHUNK, rounding: str = "nearest", revert: str = "exact"):
         # named_parameters() drops duplicates, so tied weights are perturbed once.
         params = [(name, p) for name, p in module.named_parameters() if p.is_floating_point()]
         if not params:
             raise ValueError("module has no floating-point parameters to perturb")
-        self._setup(params, param_groups(module), chunk, rounding)
+        self._setup(params, param_groups(module), chunk, rounding, revert)
 
     @classmethod
     def from_tensors(cls, params: Sequence[tuple[str, torch.Tensor]], groups: dict[str, str],
-                     chunk: int = CHUNK, rounding: str = "nearest") -> Perturber:
+                     chunk: int = CHUNK, rounding: str = "nearest", revert: str = "exact") -> Perturber:
         """A Perturber over named tensors that are not one module's parameters, e.g. views of an
         inference engine's fused weights under Hugging Face names (esopt.agent.vllm_worker).
         The noise of a tensor depends on its name and size only, so the same names give the
@@ -304,13 +322,16 @@ class Perturber:
         if missing:
             raise ValueError(f"no parameter group for {missing[:3]}")
         perturber = cls.__new__(cls)
-        perturber._setup(params, groups, chunk, rounding)
+        perturber._setup(params, groups, chunk, rounding, revert)
         return perturber
 
-    def _setup(self, params: list[tuple[str, torch.Tensor]], groups: dict[str, str], chunk: int, rounding: str) -> None:
+    def _setup(self, params: list[tuple[str, torch.Tensor]], groups: dict[str, str], chunk: int, rounding: str,
+               revert: str) -> None:
         self.params: list[tuple[str, torch.Tensor]] = params
         self.chunk = chunk
         self.rounding = check_rounding(rounding)
+        self.revert_mode = resolve_revert(revert, params[0][1].device)
+        self._snapshot: dict[str, torch.Tensor] | None = None  # host copies (revert_mode snapshot)
         self.groups = groups  # linear / norm / embedding, for the fidelity metrics
         self.master = Fp32Master(self.params) if rounding == "fp32_master" else None
         self._active: _Active | None = None
@@ -329,10 +350,26 @@ class Perturber:
         return 0.0 if self._active is None else self._stored / self.numel
 
     def held_bytes(self) -> int:
-        """Bytes of the tensors held for the exact revert of the active perturbation."""
+        """Bytes of the tensors held for the revert of the active perturbation (the snapshot's
+        host bytes under revert_mode snapshot)."""
         if self._active is None:
             return 0
+        if self.revert_mode == "snapshot":
+            return self.snapshot_bytes
         return sum(t.nbytes for piece in self._active.pieces.values() for t in piece if t is not None)
+
+    @property
+    def snapshot_bytes(self) -> int:
+        """Host bytes of the snapshot buffers (0 unless revert_mode is snapshot)."""
+        return 0 if self._snapshot is None else sum(t.nbytes for t in self._snapshot.values())
+
+    def _take_snapshot(self) -> None:
+        if self._snapshot is None:  # allocated once; pinned so accelerator copies run at full speed
+            pin = torch.cuda.is_available() and any(p.device.type == "cuda" for _, p in self.params)
+            self._snapshot = {name: torch.empty(p.shape, dtype=p.dtype, device="cpu", pin_memory=pin)
+                              for name, p in self.params}
+        for name, p in self.params:
+            self._snapshot[name].copy_(p.data)
 
     def _pieces(self, seed: int, scale: float):
         """(name, piece start, parameter piece, δ piece, scratch) over all parameters, δ = scale·ε."""
@@ -361,6 +398,17 @@ class Perturber:
             )
         pieces: dict[tuple[str, int], _Piece] = {}
         stored = 0
+        if self.revert_mode == "snapshot":
+            self._take_snapshot()  # at every apply: whatever changed the weights since, revert restores them
+            for name, s, orig, delta, scratch in self._pieces(seed, scale):
+                before = orig.clone() if fidelity is not None else None
+                orig.copy_(torch.add(_fp32_operand(orig), delta, out=scratch.sum[: orig.numel()]))  # as _apply_piece
+                if before is not None:
+                    fidelity.add(self.groups[name], before, orig, delta)
+                del orig, delta
+            self._active = _Active(seed, scale, pieces)
+            self._stored = self.numel
+            return
         for name, s, orig, delta, scratch in self._pieces(seed, scale):
             before = orig.clone() if fidelity is not None else None  # one piece, not a model copy
             piece, n = _apply_piece(orig, delta, scratch)
@@ -379,6 +427,12 @@ class Perturber:
         if self._active is None:
             return
         act = self._active
+        if self.revert_mode == "snapshot":
+            for name, p in self.params:
+                p.data.copy_(self._snapshot[name])
+            self._active = None
+            self._stored = 0
+            return
         for name, s, cur, delta, scratch in self._pieces(act.seed, act.scale):
             _revert_piece(cur, delta, act.pieces.get((name, s)), scratch)
             del cur, delta  # views of the noise chunk: free it before the next is drawn

@@ -117,12 +117,13 @@ class ESTrainer:
     # Perturber(model) by default; or one with its interface that perturbs the weights where
     # they live, e.g. esopt.agent.vllm_engine.VLLMEngine.perturber(rounding)
     perturber: Any = None
+    revert: str = "exact"  # es.revert for the default Perturber (esopt.es.perturb.resolve_revert)
 
     def __post_init__(self) -> None:
         if self.perturber is None:
             if self.model is None:
                 raise ValueError("ESTrainer needs a model or a perturber")
-            self.perturber = Perturber(self.model, rounding=self.cfg.update_rounding)
+            self.perturber = Perturber(self.model, rounding=self.cfg.update_rounding, revert=self.revert)
         elif getattr(self.perturber, "rounding", self.cfg.update_rounding) != self.cfg.update_rounding:
             raise ValueError(f"the perturber rounds {self.perturber.rounding}, the run {self.cfg.update_rounding}")
         self.history = History(run={"es": self.cfg.as_record(), **self.run_info})

@@ -55,17 +55,22 @@ def train_es(cfg: dict, model_dir: str, horizon: int, population: int, seed: int
     """Agentic ESOpt (or the es.variants ablation `variant`) from the model in `model_dir`.
     Every member sees the same task batch and sampling seed (common random numbers); the
     population is sharded over the collective's ranks, which must end at the same weights."""
+    from esopt.agent.engine import open_engine
     from esopt.agent.rollout import kept_steps, write_trajectories
-    from esopt.config import es_settings
+    from esopt.config import engine_settings, es_settings
     from esopt.es import ESConfig, ESTrainer
     from esopt.es.history import weights_sha256
     from esopt.eval.episodes import EpisodeSpec, run_episodes, summarize
     from esopt.models.load import load_model_and_tokenizer
 
-    model, tok = load_model_and_tokenizer(model_dir)
+    model, tok = load_model_and_tokenizer(model_dir)  # with vLLM: the host copy the result is saved from
     base_hash = weights_sha256(model)
     settings = es_settings(cfg, horizon, variant)
     es_cfg = ESConfig.from_settings(settings, population, seed)
+    policy, engine_record = open_engine(engine_settings(cfg, "sudoku"), model, tok, model_dir, seed=seed)
+    perturber = None
+    if policy is not model:  # ES inside the engine: the HF model waits on the host for the final weights
+        perturber = policy.perturber(es_cfg.update_rounding, revert=settings.get("revert", "auto"))
     method = es_method_name(variant)
     spec = EpisodeSpec.from_config(cfg, horizon, settings["member_decoding"])
     n_tasks = cfg["es"]["tasks_per_member"]
@@ -73,7 +78,7 @@ def train_es(cfg: dict, model_dir: str, horizon: int, population: int, seed: int
 
     def fitness(member):
         counters: dict[str, int] = {}
-        trajs = run_episodes(model, tok, spec, n_tasks, seed=member.task_seed, split="train", counters=counters)
+        trajs = run_episodes(policy, tok, spec, n_tasks, seed=member.task_seed, split="train", counters=counters)
         if member.index == 0 and member.generation in keep:
             write_trajectories(traj_dir / f"gen{member.generation:04d}.jsonl", trajs,
                                generation=member.generation, member=0, sigma=member.sigma)
@@ -88,13 +93,20 @@ def train_es(cfg: dict, model_dir: str, horizon: int, population: int, seed: int
                  rec.generation, rec.sigma, m["mean_reward"], m["max_reward"], m["success_rate"], rec.wall_s)
 
     trainer = ESTrainer(
-        model, es_cfg, fitness, history_path=resume_dir / "history.json",
+        model if perturber is None else None, es_cfg, fitness, history_path=resume_dir / "history.json",
         run_info={"benchmark": "sudoku", "horizon": horizon, "method": method, "base_weights_sha256": base_hash,
                   "episode": {k: v for k, v in vars(spec).items() if k != "sampling"} | {"sampling": vars(spec.sampling)},
                   "tasks_per_member": n_tasks},
-        on_generation=on_generation, collective=collective,
+        on_generation=on_generation, collective=collective, revert=settings.get("revert", "exact"),
+        perturber=perturber,
     )
-    history = trainer.run()
+    try:
+        history = trainer.run()
+        if perturber is not None:
+            load_weights(model, policy.state_dict())
+    finally:
+        if perturber is not None:
+            policy.close()
     history.final = {"weights_sha256": weights_sha256(model)}
     replicas = collective.all_gather(history.final["weights_sha256"])
     if len(set(replicas)) != 1:
@@ -102,9 +114,21 @@ def train_es(cfg: dict, model_dir: str, horizon: int, population: int, seed: int
     budget = es_budget(history, sum(p.numel() for p in model.parameters()), population, n_tasks, horizon, seed, method)
     budget["ranks"] = collective.world_size
     extra = {"base_weights_sha256": base_hash, "final_weights_sha256": history.final["weights_sha256"],
-             "model_device": str(model.device),
+             "model_device": str(model.device), "engine": engine_record,
              "ranks": {"world_size": collective.world_size, "replica_weights_sha256": replicas}}
     return SudokuTraining(model, tok, [r.metrics() for r in history.generations], budget, extra, history)
+
+
+def load_weights(model, tensors: dict[str, Any]) -> None:
+    """Copy tensors named as model.named_parameters() into the model (an engine's final weights)."""
+    import torch
+
+    params = dict(model.named_parameters())
+    if tensors.keys() != {n for n, p in params.items() if p.is_floating_point()}:
+        raise RuntimeError("the engine's weights do not name the model's parameters")
+    with torch.no_grad():
+        for name, t in tensors.items():
+            params[name].copy_(t)
 
 
 def train_rl(cfg: dict, model_dir: str, algo: str, sampling_profile: str, horizon: int, seed: int,

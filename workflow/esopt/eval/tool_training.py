@@ -178,7 +178,7 @@ def run_es(run: ToolRun, cfg, model, tok, tools, train, spec, resume_dir: Path, 
                                   "base_weights_sha256": weights_sha256(model), "tasks_per_member": e["tasks_per_member"],
                                   "episode": {"max_turns": spec.max_turns, "max_tool_calls": spec.max_tool_calls,
                                               "sampling": vars(spec.sampling)}},
-                        on_generation=on_generation)
+                        on_generation=on_generation, revert=e.get("revert", "exact"))
     history = trainer.run()
     history.final = {"weights_sha256": weights_sha256(model)}
     return history, [r.metrics() for r in history.generations]

@@ -27,6 +27,7 @@ from typing import Any
 from esopt.config import (
     ES_GRID_KEYS,
     ahd_budget,
+    engine_settings,
     es_settings,
     model_spec,
     named_model,
@@ -58,7 +59,7 @@ def _train_agent(c: Config, method: str, benchmark: str) -> dict[str, Any]:
     ta = section(c, "tool_agents")
     if method == "grpo":
         return {"rl": without(tool_grpo_settings(c), ("ppo",)), "episode": tool_episode_settings(c)}
-    out = {"es": tool_es_settings(c, benchmark), "episode": tool_episode_settings(c)}
+    out = {"es": without(tool_es_settings(c, benchmark), ("revert",)), "episode": tool_episode_settings(c)}
     if "trace2skill" in method:
         out["trace2skill"] = ta.get("trace2skill")
     return out
@@ -92,15 +93,18 @@ def _build_model(c: Config, name: str | None = None, probe: bool = False) -> dic
 JOBS: dict[str, Job] = {
     "build-model": Job("the model (or memory.probe and model.dtype), sudoku (not horizons), agent",
                        _build_model, {"name": "--name", "probe": "--probe"}),
-    "train-es": Job("es as run at H* (and its variant), sudoku (not horizons), agent",
-                    lambda c, horizon, variant=None: {"es": es_settings(c, int(horizon), variant or None),
-                                                      "sudoku": sudoku_settings(c), "agent": section(c, "agent")},
+    # es.revert is left out: either revert restores the weights bit for bit, no number depends on it
+    "train-es": Job("es as run at H* (and its variant; not revert), sudoku (not horizons), agent, the sudoku engine",
+                    lambda c, horizon, variant=None: {"es": without(es_settings(c, int(horizon), variant or None),
+                                                                    ("revert",)),
+                                                      "sudoku": sudoku_settings(c), "agent": section(c, "agent"),
+                                                      "engine": engine_settings(c, "sudoku")},
                     {"horizon": "--horizon", "variant": "--variant"}),
     "train-rl": Job("rl (not methods, seeds), sudoku (not horizons), agent",
                     lambda c: {"rl": rl_settings(c), "sudoku": sudoku_settings(c), "agent": section(c, "agent")}),
-    "evaluate": Job("evaluate, sudoku (not horizons), agent",
+    "evaluate": Job("evaluate, sudoku (not horizons), agent, the sudoku engine",
                     lambda c: {"evaluate": section(c, "evaluate"), "sudoku": sudoku_settings(c),
-                               "agent": section(c, "agent")}),
+                               "agent": section(c, "agent"), "engine": engine_settings(c, "sudoku")}),
     "check-models": Job("the model's expect intervals",
                         lambda c, name=None: {"expect": named_model(c, name or None)[1].get("expect")}, {"name": "--name"}),
     "memory": Job("memory, sudoku (not horizons), rl (not methods, seeds), es (not the grid), agent",
