@@ -7,7 +7,10 @@ weighs on both alike, and the script prints per engine: seconds per generation,
 seconds in member rollouts, the share of a generation spent outside rollouts (apply,
 revert, update, reward bookkeeping), generated tokens and tokens per second, then the
 ratios vLLM / HF. Engine start-up is timed apart (it is paid once per job). Both revert
-members as the config's es.revert says.
+members as the config's es.revert says. Then, for prompts that hold the whole conversation
+(agent.history_turns null) at 10, 20 and 45 turns: vLLM with its prefix cache against vLLM
+re-encoding every turn (the cache emptied before each call) and HF, and whether the
+greedy replies are the same.
 
 Needs vLLM (docs/engine.md: its own environment). vLLM's Qwen3.5 module imports
 torchvision, which the CPU build cannot load, so on CPU the model is the config's tiny
@@ -95,6 +98,40 @@ class Run:
                 "tokens_per_s": self.tokens / self.rollout_s, "mean_reward": sum(self.rewards) / len(self.rewards)}
 
 
+class ReEncoding:
+    """An engine whose prefix cache is emptied before every call: each turn re-encodes the
+    whole conversation, as HF generate does."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def generate(self, *args, **kw):
+        self.engine.reset_prefix_cache()
+        return self.engine.generate(*args, **kw)
+
+
+def multiturn(engine, model, tok, cfg, turns: int, episodes: int) -> dict[str, float]:
+    """Greedy Sudoku episodes whose prompt is the whole conversation (agent.history_turns
+    null), `turns` turns each: seconds with the prefix cache, re-encoding every turn, and HF."""
+    from esopt.agent.engine import Sampling
+    from esopt.agent.rollout import rollout
+    from esopt.envs.sudoku import SudokuEnv, generate_puzzles, instructions
+
+    size = cfg["sudoku"]["size"]
+    tasks = generate_puzzles(size, max(cfg["sudoku"]["horizons"]), episodes, seed=1, split="train")
+    greedy = Sampling(do_sample=False, max_new_tokens=cfg["agent"]["max_new_tokens"])
+    out = {}
+    for name, policy in (("cached", engine), ("re-encoded", ReEncoding(engine)), ("hf", model)):
+        counters: dict[str, int] = {}
+        t = time.perf_counter()
+        trajs = rollout(policy, tok, lambda: SudokuEnv(max_turns=turns), tasks, system=instructions(size, "short"),
+                        sampling=greedy, seed=0, max_turns=turns, history_turns=None, counters=counters)
+        out[name] = time.perf_counter() - t
+        out[f"{name}_replies"] = [[x.action for x in tr.turns] for tr in trajs]
+        out[f"{name}_prompt_tokens"] = counters.get("prompt_tokens", 0)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", default=str(ROOT / "config/tiny.yaml"))
@@ -108,6 +145,9 @@ def main() -> None:
     ap.add_argument("--generations", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.1, help="on CPU: the share of host memory")
+    ap.add_argument("--multiturn", type=int, nargs="*", default=[10, 20, 45],
+                    help="turn counts of the whole-conversation prompts measured cached vs re-encoded")
+    ap.add_argument("--multiturn-episodes", type=int, default=16)
     args = ap.parse_args()
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{args.threads - 1}")
 
@@ -127,7 +167,7 @@ def main() -> None:
               f"H* {args.horizon}, G {args.population}, {args.tasks} episodes per member, {args.generations} "
               f"generations, {args.threads} threads", flush=True)
         t = time.perf_counter()
-        engine = VLLMEngine(model_dir, tok, gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=2048,
+        engine = VLLMEngine(model_dir, tok, gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=4096,
                             seed=0)
         start = time.perf_counter() - t
         try:
@@ -138,6 +178,8 @@ def main() -> None:
                 for run in runs:
                     run.step()
             hf, vl = (run.summary() for run in runs)
+            engine.perturber(es["update_rounding"], revert=es["revert"]).revert()
+            turns = {t: multiturn(engine, model, tok, cfg, t, args.multiturn_episodes) for t in args.multiturn}
         finally:
             engine.close()
     print(f"\nvLLM {engine.version}: engine start {start:.1f} s (once per job)\n")
@@ -149,6 +191,13 @@ def main() -> None:
         print(f"{label:24s}{fmt.format(hf[key]):>12s}{fmt.format(vl[key]):>12s}{vl[key] / hf[key]:>10.2f}"
               if hf[key] else f"{label:24s}{fmt.format(hf[key]):>12s}{fmt.format(vl[key]):>12s}")
     print(f"\nspeed-up per ES generation (HF s / vLLM s): {hf['s_per_gen'] / vl['s_per_gen']:.2f}x")
+    print(f"\nwhole-conversation prompts (history_turns null), {args.multiturn_episodes} greedy episodes, seconds:")
+    print(f"{'turns':>6s}{'vLLM cached':>13s}{'re-encoded':>12s}{'ratio':>7s}{'same replies':>14s}{'HF':>9s}"
+          f"{'prompt tokens':>15s}")
+    for t, m in turns.items():
+        same = m["cached_replies"] == m["re-encoded_replies"]
+        print(f"{t:6d}{m['cached']:13.2f}{m['re-encoded']:12.2f}{m['re-encoded'] / m['cached']:7.2f}{str(same):>14s}"
+              f"{m['hf']:9.2f}{m['cached_prompt_tokens']:15,d}")
 
 
 if __name__ == "__main__":

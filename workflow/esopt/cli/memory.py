@@ -90,6 +90,8 @@ def main_fn(args: argparse.Namespace) -> int:
         def fitness(member):
             s = summarize(run_episodes(model, tok, spec, m["episodes"], seed=member.task_seed, split="train"))
             breakdown["fixup_fraction_max"] = max(breakdown.get("fixup_fraction_max", 0.0), trainer.perturber.fixup_fraction())
+            # es.revert snapshot: a host copy of the weights while a member runs (on a CPU, inside the peak)
+            breakdown["revert_snapshot_host_bytes"] = trainer.perturber.snapshot_bytes
             return s["mean_reward"], {}
 
         trainer = ESTrainer(model, es_cfg, fitness, progress=False, revert=e.get("revert", "exact"))
