@@ -167,7 +167,8 @@ def main() -> None:
               f"H* {args.horizon}, G {args.population}, {args.tasks} episodes per member, {args.generations} "
               f"generations, {args.threads} threads", flush=True)
         t = time.perf_counter()
-        engine = VLLMEngine(model_dir, tok, gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=2048,
+        engine = VLLMEngine(model_dir, tok, gpu_memory_utilization=args.gpu_memory_utilization,
+                            max_model_len=model.config.max_position_embeddings,
                             seed=0)
         start = time.perf_counter() - t
         try:

@@ -34,6 +34,8 @@ def done_generations(out):
 
 
 def test_killed_vllm_run_resumes_to_the_same_weights_and_replays_on_hf(tmp_path, qwen3_model):
+    """A SIGKILLed driver takes its engine with it; an engine that dies fails the job; both
+    resume to the uninterrupted run's weights, which HF replays from the history."""
     cfg = yaml.safe_load(SMOKE.read_text())
     cfg["engine"] = {"sudoku": "vllm", "vllm": {"gpu_memory_utilization": 0.1, "max_model_len": 1024}}
     # sampled members and the shaped reward: rewards differ between members, so generations update
@@ -71,6 +73,25 @@ def test_killed_vllm_run_resumes_to_the_same_weights_and_replays_on_hf(tmp_path,
     assert strip(h_killed) == strip(h_fresh)
     prov = json.loads((fresh / "provenance.json").read_text())
     assert prov["engine"]["name"] == "vllm" and prov["engine"]["version"]
+
+    # the engine dies under a living driver: the job fails with the engine's error in its log,
+    # and the resumed job ends where the uninterrupted one did
+    dead = tmp_path / "engine_died"
+    proc = subprocess.Popen([sys.executable, "-m", "esopt.cli.main", *map(str, args(dead))],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 900
+    while done_generations(dead) < 2 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert proc.poll() is None, "run finished before its engine could be killed"
+    core = [p for p in psutil.Process(proc.pid).children(recursive=True) if "EngineCore" in " ".join(p.cmdline())
+            or p.name().startswith("VLLM::EngineCor")]
+    assert core, [p.name() for p in psutil.Process(proc.pid).children(recursive=True)]
+    core[0].kill()
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode != 0 and "engine process" in err, err[-2000:]
+    esopt(*args(dead))
+    h_dead = json.loads((dead / "history.json").read_text())
+    assert h_dead["final"]["weights_sha256"] == h_fresh["final"]["weights_sha256"]
 
     # the HF path replays the vLLM run's history to the weights the engine ended with
     res = esopt("replay", "--base", qwen3_model, "--history", fresh / "history.json", "--out", tmp_path / "replayed")

@@ -17,10 +17,14 @@ HF path.
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import pickle
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -104,7 +108,11 @@ class VLLMEngine:
             gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
             enable_prefix_caching=True, worker_extension_cls=WORKER_EXTENSION, **engine_kwargs,
         )
-        self._reaper = _reap_with_driver([p for p in psutil.Process().children(recursive=True) if p.pid not in before])
+        procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+        self._reaper = _reap_with_driver(procs)
+        self._closing = False
+        atexit.register(self._stop_watching)  # runs before vLLM's own shutdown at exit (registered later)
+        threading.Thread(target=self._watch, args=(procs,), name="vllm-engine-watchdog", daemon=True).start()
         self._sampling_params = vllm.SamplingParams
         self.version = vllm.__version__
         self._perturber: EnginePerturber | None = None
@@ -160,7 +168,31 @@ class VLLMEngine:
     def _rank0(self, method: str, *args: Any) -> Any:
         return self.llm.collective_rpc(method, args=args)[0]
 
+    def _stop_watching(self) -> None:
+        self._closing = True
+
+    def _watch(self, procs: Sequence[psutil.Process]) -> None:
+        """If an engine process dies under a living driver, vLLM may leave the driver waiting
+        forever for its reply. Fail the job instead, with the cause in its log; the history is
+        saved after every generation, so the rerun resumes where it stopped."""
+        while not self._closing:
+            for p in procs:
+                try:
+                    dead = not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+                except psutil.Error:
+                    dead = True
+                if dead and not self._closing:
+                    msg = (f"vLLM engine process {p.pid} died; failing the job (a rerun resumes from the last "
+                           "finished generation)")
+                    log.critical(msg)
+                    print(f"esopt: error: {msg}", file=sys.stderr, flush=True)
+                    for h in logging.getLogger().handlers:
+                        h.flush()
+                    os._exit(1)  # the main thread may be blocked in vLLM for good; the reaper takes the rest
+            time.sleep(1.0)
+
     def close(self) -> None:
+        self._closing = True
         engine = getattr(self.llm, "llm_engine", None)
         if engine is not None and hasattr(engine, "engine_core"):
             engine.engine_core.shutdown()
