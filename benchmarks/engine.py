@@ -148,6 +148,7 @@ def main() -> None:
     ap.add_argument("--multiturn", type=int, nargs="*", default=[10, 20, 45],
                     help="turn counts of the whole-conversation prompts measured cached vs re-encoded")
     ap.add_argument("--multiturn-episodes", type=int, default=16)
+    ap.add_argument("--vllm-dtype", default="bfloat16", help="the engine's dtype (float32: no bf16 near-ties)")
     args = ap.parse_args()
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{args.threads - 1}")
 
@@ -168,8 +169,7 @@ def main() -> None:
               f"generations, {args.threads} threads", flush=True)
         t = time.perf_counter()
         engine = VLLMEngine(model_dir, tok, gpu_memory_utilization=args.gpu_memory_utilization,
-                            max_model_len=model.config.max_position_embeddings,
-                            seed=0)
+                            max_model_len=model.config.max_position_embeddings, seed=0, dtype=args.vllm_dtype)
         start = time.perf_counter() - t
         try:
             es = cfg["es"]
