@@ -98,23 +98,12 @@ class Run:
                 "tokens_per_s": self.tokens / self.rollout_s, "mean_reward": sum(self.rewards) / len(self.rewards)}
 
 
-class ReEncoding:
-    """An engine whose prefix cache is emptied before every call: each turn re-encodes the
-    whole conversation, as HF generate does."""
-
-    def __init__(self, engine):
-        self.engine = engine
-
-    def generate(self, *args, **kw):
-        self.engine.reset_prefix_cache()
-        return self.engine.generate(*args, **kw)
-
-
 def multiturn(engine, model, tok, cfg, turns: int, episodes: int) -> dict[str, float]:
     """Greedy Sudoku episodes whose prompt is the whole conversation (agent.history_turns
     null), `turns` turns each: seconds with the prefix cache, re-encoding every turn, and HF."""
     from esopt.agent.engine import Sampling
     from esopt.agent.rollout import rollout
+    from esopt.agent.vllm_engine import ReEncoding
     from esopt.envs.sudoku import SudokuEnv, generate_puzzles, instructions
 
     size = cfg["sudoku"]["size"]

@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +9,14 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "config" / "smoke.yaml"
+
+
+def done_generations(out: Path) -> int:
+    """Generations an ES run in `out` has finished so far (its history in .resume/)."""
+    try:
+        return len(json.loads((out / ".resume" / "history.json").read_text())["generations"])
+    except (FileNotFoundError, json.JSONDecodeError):
+        return 0
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ import time
 import pytest
 import yaml
 
-from conftest import SMOKE
+from conftest import SMOKE, done_generations
 
 pytestmark = pytest.mark.slow
 
@@ -34,13 +34,6 @@ def write_config(tmp_path, **changes):
 
 def train_args(config, model, out):
     return ["train-es", "--config", config, "--horizon", 2, "--population", 4, "--seed", 1, "--model", model, "--out", out]
-
-
-def done_generations(out):
-    try:
-        return len(json.loads((out / ".resume" / "history.json").read_text())["generations"])
-    except (FileNotFoundError, json.JSONDecodeError):
-        return 0
 
 
 def test_a_variant_can_decode_its_members_otherwise(tmp_path, smoke_model):

@@ -15,7 +15,7 @@ import psutil
 import pytest
 import yaml
 
-from conftest import SMOKE
+from conftest import SMOKE, done_generations
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")]
@@ -24,13 +24,6 @@ pytestmark = [pytest.mark.slow,
 def esopt(*args, **kw):
     return subprocess.run([sys.executable, "-m", "esopt.cli.main", *map(str, args)], capture_output=True, text=True,
                           check=True, **kw)
-
-
-def done_generations(out):
-    try:
-        return len(json.loads((out / ".resume" / "history.json").read_text())["generations"])
-    except (FileNotFoundError, json.JSONDecodeError):
-        return 0
 
 
 def test_killed_vllm_run_resumes_to_the_same_weights_and_replays_on_hf(tmp_path, qwen3_model):

@@ -187,23 +187,12 @@ def test_same_seeds_and_rewards_give_identical_weights_on_hf_and_vllm(engine, qw
     assert f_ev.summary() == f_hf.summary()
 
 
-class _ReEncoding:
-    """The engine with its prefix cache emptied before every call: each turn re-encodes the
-    whole conversation, as HF generate does."""
-
-    def __init__(self, engine):
-        self.engine = engine
-
-    def generate(self, *args, **kw):
-        self.engine.reset_prefix_cache()
-        return self.engine.generate(*args, **kw)
-
-
 @needs_vllm
 def test_cached_multi_turn_prompts_give_the_re_encoded_replies(engine, qwen3_model):
     """history_turns null: turn t's prompt is the whole conversation; the prefix cache serves
     turns 1..t-1, and greedy replies are those of re-encoding every turn."""
     from esopt.agent.rollout import rollout
+    from esopt.agent.vllm_engine import ReEncoding
     from esopt.envs.sudoku import SudokuEnv, generate_puzzles, instructions
 
     _, tok = load_model_and_tokenizer(qwen3_model)
@@ -217,6 +206,6 @@ def test_cached_multi_turn_prompts_give_the_re_encoded_replies(engine, qwen3_mod
         return [[t.action for t in tr.turns] for tr in trajs], counters
 
     cached, c1 = run(engine)
-    again, c2 = run(_ReEncoding(engine))
+    again, c2 = run(ReEncoding(engine))
     assert cached == again and c1 == c2
     assert max(len(a) for a in cached) > 2  # several turns: later prompts hold earlier ones

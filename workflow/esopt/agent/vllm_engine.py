@@ -242,3 +242,16 @@ class EnginePerturber:
         self.engine.reset_prefix_cache()
         if fidelity is not None:
             fidelity.absorb(pickle.loads(results[0]))  # every worker holds the whole model: rank 0 speaks for all
+
+
+class ReEncoding:
+    """An engine whose prefix cache is emptied before every call, so each turn re-encodes the
+    whole conversation as HF generate does: the reference that cached multi-turn prompts are
+    compared with (tests, benchmarks/engine.py)."""
+
+    def __init__(self, engine: VLLMEngine):
+        self.engine = engine
+
+    def generate(self, *args: Any, **kw: Any) -> list[Completion]:
+        self.engine.reset_prefix_cache()
+        return self.engine.generate(*args, **kw)
