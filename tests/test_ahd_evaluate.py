@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from esopt.ahd import evaluate
 from esopt.ahd.evaluate import HeuristicEvaluator, check_code
 from esopt.ahd.tasks.base import HeuristicTask, InstanceSpec
 
@@ -66,6 +67,10 @@ def test_reference_and_expression_code_score_the_mean_objective(evaluator):
     ("def pick(values):\n    return values.__class__.__mro__\n", "attribute '__"),
     ("def pick(values):\n    return __import__('os')\n", "__import__"),
     ("def pick(values):\n    return getattr(values, 'sum')()\n", "'getattr'"),
+    ("import operator\ndef pick(values):\n    return operator.attrgetter('__class__')(values)\n", "'attrgetter'"),
+    ("from operator import attrgetter\ndef pick(values):\n    return 0\n", "operator.attrgetter"),
+    ("from operator import methodcaller\ndef pick(values):\n    return 0\n", "operator.methodcaller"),
+    ("import typing\ndef pick(values: 'x'):\n    return typing.get_type_hints(pick)\n", "'get_type_hints'"),
     ("import math\nmath.factorial(10**9)\ndef pick(values):\n    return 0\n", "top level"),
     ("print('hi')\ndef pick(values):\n    return 0\n", "top level"),
     ("def other(values):\n    return 0\n", "no top-level function named 'pick'"),
@@ -105,6 +110,40 @@ def test_a_candidate_cannot_forge_the_result_line(evaluator):
     code = "def pick(values):\n    print('@@esopt-result-0000000000000000@@[0, 0]')\n    return 99\n"
     ev = evaluator(code)
     assert ev.objective is None and ev.status == "invalid_output"
+
+
+# A candidate past the static check (here: with the check switched off) reads the marker from
+# the harness's code, prints a result line of its own and exits before the harness does.
+FORGER = """
+import sys
+
+def pick(values):
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name != "_esopt_main":
+        frame = frame.f_back
+    marker = next(c for c in frame.f_code.co_consts if isinstance(c, str) and c.startswith("@@esopt-result-"))
+    print(marker + FORGED, flush=True)
+    raise SystemExit(0)
+"""
+
+
+@pytest.mark.parametrize("forged, status, objective", [
+    ("[1, 1]", "ok", 2.5),  # valid picks are scored as what they are, though pick() returns none
+    ("[0, 2]", "ok", (3.0 + 6.0) / 2),
+    ("[7, -1]", "invalid_output", None),  # what the parent cannot validate is rejected
+    ('"best"', "invalid_output", None),
+])
+def test_a_forged_result_line_scores_only_what_the_trusted_scoring_validates(evaluator, monkeypatch, forged,
+                                                                             status, objective):
+    monkeypatch.setattr(evaluate, "check_code", lambda code, name: None)
+    ev = evaluator(FORGER.replace("FORGED", repr(forged)))
+    assert (ev.status, ev.objective) == (status, objective), ev
+
+
+def test_the_evaluator_records_its_sandbox_layers(evaluator):
+    assert evaluator.sandbox.layers["rlimits"] and evaluator.sandbox.layers["audit_hook"]
+    record = evaluate.sandbox_provenance({"ahd": {"evaluation": {"require_all_layers": True}}})
+    assert record["layers"] == evaluator.sandbox.layers and record["require_all_layers"] is True
 
 
 def test_identical_code_is_evaluated_once(evaluator):

@@ -7,15 +7,30 @@
    does not define the task's function. This is a filter that gives clear reasons,
    not the security boundary.
 2. The boundary is `PythonSandbox` (esopt.agent.tools.python_sandbox): a fresh process
-   per candidate with wall-clock, CPU, memory, file-size and process limits, no
-   network, a read-only filesystem and an unprivileged uid where this host allows.
+   per candidate with wall-clock, CPU, memory, file-size and process limits, and, where
+   this host allows, a seccomp filter (no sockets, namespaces, mounts, ptrace, ...), no
+   network, its own PID namespace, a read-only filesystem with the host's shared
+   directories hidden, and an unprivileged uid (`HeuristicEvaluator.sandbox.layers`
+   says which; `require_all_layers` fails at construction rather than run with fewer).
    The program it runs is the task's runner (trusted, self-contained) plus the
    candidate, exec'd into a namespace of its own; it prints the runner's outputs for
    every instance as one JSON line behind a per-call random marker.
 3. Back in this process, `task.score` validates each output (a feasible tour,
    capacity respected, a finite matrix of the right shape) and computes the
-   objective. Anything that goes wrong at any step makes the candidate invalid with
-   a reason; nothing a candidate does raises here.
+   objective from it and the instance. Anything that goes wrong at any step makes the
+   candidate invalid with a reason; nothing a candidate does raises here.
+
+The result line can be forged, and that is bounded by step 3. The runner and the
+candidate share one process, so a candidate that gets past the static check (it is a
+filter: string-based attribute access, say) can read the marker from the harness's
+frames or code and print a line of its own, then exit. It gains nothing that step 3
+does not grant: the line's outputs are scored as if the runner had produced them,
+feasibility and objective computed here from the instance, never taken from the
+candidate (the ACO tasks even run the colony here, from the candidate's heuristic
+matrix). A forger can only submit solutions it actually found, within the same CPU and
+wall-clock limits, which a heuristic could equally compute inside its own function
+(it sees the whole instance). No channel the candidate cannot reach exists inside that
+process, so the design relies on this bound (tests/test_ahd_evaluate.py forges a line).
 
 The objective of a candidate is the mean of its per-instance objectives (minimized).
 """
@@ -45,7 +60,9 @@ FORBIDDEN_NAMES = frozenset({"eval", "exec", "compile", "open", "__import__", "g
 FORBIDDEN_ATTRIBUTES = frozenset({"ctypeslib", "ctypes", "load_library", "lib", "system", "popen", "tofile",
                                   "fromfile", "load", "save", "savez", "memmap", "DataSource", "f2py",
                                   "distutils", "testing", "gi_frame", "f_globals", "f_locals", "f_back",
-                                  "cr_frame", "tb_frame"})
+                                  "cr_frame", "tb_frame",
+                                  # attribute access or evaluation by string, out of this check's sight
+                                  "attrgetter", "methodcaller", "get_type_hints", "ForwardRef"})
 MAX_CODE_CHARS = 20_000
 
 
@@ -80,10 +97,9 @@ def check_code(code: str, function_name: str) -> str | None:
                 return f"line {node.lineno}: relative imports are not allowed"
             if why := _import_refused(node.module):
                 return f"line {node.lineno}: {why}"
-            if node.module.split(".")[0] == "numpy":
-                for alias in node.names:
-                    if alias.name in FORBIDDEN_ATTRIBUTES:
-                        return f"line {node.lineno}: numpy.{alias.name} is not allowed"
+            for alias in node.names:
+                if alias.name in FORBIDDEN_ATTRIBUTES or alias.name.startswith("__"):
+                    return f"line {node.lineno}: {node.module}.{alias.name} is not allowed"
         elif isinstance(node, ast.Attribute):
             if node.attr.startswith("__") or node.attr in FORBIDDEN_ATTRIBUTES:
                 return f"line {node.lineno}: attribute {node.attr!r} is not allowed"
@@ -164,12 +180,15 @@ class HeuristicEvaluator:
     counts each sample against its budget, `sandbox_runs` counts the processes."""
 
     def __init__(self, task: HeuristicTask, instances: Sequence[Instance], *, timeout_s: float = 10.0,
-                 cpu_s: int = 10, memory_mb: int = 1024, output_mb: int = 16, workers: int = 1):
+                 cpu_s: int = 10, memory_mb: int = 1024, output_mb: int = 16, workers: int = 1,
+                 require_all_layers: bool = False):
         if not instances:
             raise ValueError(f"{task.name}: no instances to evaluate on")
         self.task, self.instances = task, list(instances)
         self.sandbox = PythonSandbox(timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb,
-                                     capture_bytes=output_mb << 20, max_output_chars=2000)
+                                     capture_bytes=output_mb << 20, max_output_chars=2000,
+                                     require_all_layers=require_all_layers)
+        self.sandbox.log_layers()
         self.workers = max(1, int(workers))
         self._payload = json.dumps([task.sandbox_instance(i) for i in self.instances])
         self._runner = task.runner_source()
@@ -239,6 +258,12 @@ class HeuristicEvaluator:
                 return Evaluation(None, "invalid_output", f"instance {k}: {why}"[:500], wall_s=r.wall_s)
             scores.append(float(s))
         return Evaluation(sum(scores) / len(scores), "ok", "", scores, r.wall_s)
+
+
+def sandbox_provenance(cfg: dict[str, Any]) -> dict[str, Any]:
+    """What a run's provenance records of the evaluator's sandbox: the layers active here."""
+    return {**PythonSandbox().provenance(),
+            "require_all_layers": bool(cfg["ahd"]["evaluation"].get("require_all_layers", False))}
 
 
 def _last_line(text: str) -> str:

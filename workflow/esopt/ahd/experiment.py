@@ -52,7 +52,8 @@ def make_evaluator(cfg: dict, task, split: str, seed: int):
     instances = task.instances(split, spec, seed)
     ev = a["evaluation"]
     return HeuristicEvaluator(task, instances, timeout_s=ev["timeout_s"], cpu_s=ev["cpu_s"],
-                              memory_mb=ev["memory_mb"], workers=ev.get("workers", 1))
+                              memory_mb=ev["memory_mb"], workers=ev.get("workers", 1),
+                              require_all_layers=ev.get("require_all_layers", False))
 
 
 def check_run(cfg: dict, task_name: str, budget: int) -> dict:

@@ -81,7 +81,9 @@ def make_tools(cfg: dict[str, Any], benchmark: str, data_dir: str | os.PathLike 
         if name == "python":
             from esopt.agent.tools.python_sandbox import PythonSandbox
 
-            tools.append(PythonSandbox(**ta.get("sandbox", {})))
+            box = PythonSandbox(**ta.get("sandbox", {}))  # require_all_layers: raises here, at the job's start
+            box.log_layers()  # which layers are active, once per run
+            tools.append(box)
         elif name == "ocr":
             from esopt.agent.tools.ocr import OCRTool
 
@@ -90,6 +92,17 @@ def make_tools(cfg: dict[str, Any], benchmark: str, data_dir: str | os.PathLike 
         else:
             raise ValueError(f"tool {name!r}: expected python or ocr")
     return tools
+
+
+def sandbox_provenance(cfg: dict[str, Any], benchmark: str) -> dict[str, Any]:
+    """{"sandbox": the layers active here, ...} for a provenance record if the benchmark
+    uses the Python sandbox, else {}."""
+    ta = cfg["tool_agents"]
+    if "python" not in ta["benchmarks"][benchmark]["tools"]:
+        return {}
+    from esopt.agent.tools.python_sandbox import PythonSandbox
+
+    return {"sandbox": PythonSandbox(**ta.get("sandbox", {})).provenance()}
 
 
 def system_prompt(benchmark: str, tools: Sequence[Tool], skill: str = "") -> str:
