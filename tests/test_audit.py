@@ -255,6 +255,10 @@ def test_older_records_pass_and_diverged_replicas_fail(work, capsys):
     rc, out = audit(capsys, p)
     assert rc == 0 and "✓ replay" in out, out
     final = prov["final_weights_sha256"]
+    # a run over two ranks: its budget says so too (the audit recomputes the budget)
+    b = work / RUN / "budget.json"
+    b.write_text(json.dumps(json.loads(b.read_text()) | {"ranks": 2}))
+    prov["outputs"][f"{RUN}/budget.json"] = hashlib.sha256(b.read_bytes()).hexdigest()
     p.write_text(json.dumps(prov | {"ranks": {"world_size": 2, "replica_weights_sha256": [final, final]}}))
     rc, out = audit(capsys, p, "--no-replay")
     assert rc == 0 and "✓ ranks" in out and "2 replicas ended at" in out, out

@@ -10,11 +10,17 @@ Per record: the config hash against the recorded config; the config file as it i
 against the recorded config in the sections the result depends on (what its pipeline
 rule passes as params: a grown grid or an unrelated section is a note, as it reruns
 nothing); every input and output re-hashed, and an upstream record among the inputs
-checked against the files it produced; for ES runs the history replayed onto the base
-model to the saved weight hash (bit for bit, models up to --max-replay-params; larger
-ones are skipped with a message); for ES and RL runs the base and saved models' weight
-hashes. Exit 0 only when every check passes, 1 when one fails (the first one is
-named), 2 on a usage error. docs/audit.md has the details.
+checked against the files it produced; what can be recomputed is recomputed, not
+trusted: an ES history's normalized rewards and updates from its raw rewards, member 0's
+rewards from the kept trajectories, metrics and budgets from the history, an
+evaluation's summary from its trajectories, Sudoku episodes through the environment;
+for ES runs the history replayed onto the base model to the saved weight hash (bit for
+bit, models up to --max-replay-params; larger ones are skipped with a message); for ES
+and RL runs the base and saved models' weight hashes; the tree the record was made from
+against this checkout, file by file. Auditing a directory also lists the files under it
+that no record lists as an output. Differing code and uncovered files are warnings
+(--strict: failures). Exit 0 only when no check fails, 1 when one fails (the first one
+is named), 2 on a usage error. docs/audit.md has the details.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ def main_fn(args: argparse.Namespace) -> int:
     from esopt.provenance.record_checks import Check
 
     replay = "never" if args.no_replay else args.replay
-    show = (lambda c: c.status in ("fail", "skip")) if args.quiet else (lambda c: True)
+    show = (lambda c: c.status in ("fail", "warn", "skip")) if args.quiet else (lambda c: True)
 
     header: dict[str, str | None] = {"pending": None}
 
@@ -57,16 +63,22 @@ def main_fn(args: argparse.Namespace) -> int:
         write_json_atomic(args.json, report.to_dict())
     n = report.counts()
     skipped = [c for c in report.checks if c.status == "skip"]
-    summary = f"{len(report.checks) - n['note']} checks in {len(report.records)} record(s): {n['ok']} passed, {n['fail']} failed, {n['skip']} skipped"
+    warned = report.warnings
+    summary = (f"{len(report.checks) - n['note']} checks in {len(report.records)} record(s): {n['ok']} passed, "
+               f"{n['fail']} failed, {n['skip']} skipped" + (f", {n['warn']} warning(s)" if n["warn"] else ""))
     first = report.first_failure
-    if first is None and args.strict and skipped:
-        first = skipped[0]
-        first = Check(first.name, first.target, "fail", f"skipped under --strict: {first.detail}", first.record)
+    if first is None and args.strict and (warned or skipped):
+        first = next(c for c in report.checks if c.status in ("warn", "skip"))
+        what = "a warning" if first.status == "warn" else "skipped"
+        first = Check(first.name, first.target, "fail", f"{what}, failed under --strict: {first.detail}", first.record)
     if first is not None:
         print(f"audit: {summary}")
         print(f"audit: FAILED: {first.name} {first.target}: {first.detail}" + (f" [{first.record}]" if first.record != first.target else ""))
         return 1
-    print(f"audit: OK: {summary}" + (f" (skipped: {skipped[0].name} {skipped[0].target}: {skipped[0].detail})" if skipped else ""))
+    cut = lambda t: t if len(t) <= 120 else t[:119] + "…"
+    aside = [cut(f"{w}: {c.name} {c.target}: {c.detail}") for w, c in (("first warning", next(iter(warned), None)),
+                                                                       ("skipped", next(iter(skipped), None))) if c]
+    print(f"audit: OK: {summary}" + (f" ({'; '.join(aside)})" if aside else ""))
     return 0
 
 
@@ -86,8 +98,10 @@ def parser() -> argparse.ArgumentParser:
                    help=f"largest model (parameters) whose weights are loaded and replayed (default {DEFAULT_MAX_REPLAY_PARAMS:.0e})")
     p.add_argument("--upstream", action="store_true",
                    help="also audit the records that made this record's inputs (the training run behind an evaluated model, ...)")
-    p.add_argument("--strict", action="store_true", help="a skipped check fails the audit")
-    p.add_argument("-q", "--quiet", action="store_true", help="print only failed and skipped checks and the verdict")
+    p.add_argument("--strict", action="store_true",
+                   help="a warning (code that differs from the record's tree, files no record covers, ...) or a "
+                        "skipped check fails the audit")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only failed, warned and skipped checks and the verdict")
     p.add_argument("--json", default=None, metavar="OUT", help="also write the full report as JSON")
     return p
 

@@ -1,7 +1,11 @@
 """esopt replay: rebuild trained weights from the base model and a history.json.
 
-No weights travel: the update of every generation is regenerated from its seeds.
-The rebuilt weights' hash is compared with the one the run recorded.
+No weights travel: the update of every generation is regenerated from its seeds, and
+its coefficients from the generation's raw rewards, normalized with the run's es
+settings (the normalized rewards the history also records are checked, not used).
+The rebuilt weights' hash is compared with the one the run recorded; a generation whose
+recorded σ, α, seeds, normalized rewards or update flag are not what the run's settings
+and raw rewards give is named, and fails the command like a wrong hash.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ def replay(base: str, history_path: str, out: str | None) -> dict:
     from esopt.models.load import load_model_and_tokenizer
 
     history = History.load(history_path)
+    problems = history.check()
     model, tok = load_model_and_tokenizer(base)
     base_hash = weights_sha256(model)
     want_base = history.run.get("base_weights_sha256")
@@ -34,13 +39,18 @@ def replay(base: str, history_path: str, out: str | None) -> dict:
             tmp.unlink()
             model.save_pretrained(tmp)
             tok.save_pretrained(tmp)
-    return {"generations": len(history.generations), "weights_sha256": got, "expected": want, "match": want is None or got == want}
+    return {"generations": len(history.generations), "weights_sha256": got, "expected": want,
+            "match": want is None or got == want, "problems": problems}
 
 
 def main_fn(args: argparse.Namespace) -> int:
     setup()
     res = replay(args.base, args.history, args.out)
     print(f"replayed {res['generations']} generations: weights sha256 {res['weights_sha256']}")
+    for p in res["problems"]:
+        print(f"RECORDED VALUE NOT RECOMPUTED: {p}")
+    if res["problems"]:
+        return 1
     if res["expected"] is None:
         print("history records no final weight hash (unfinished run): nothing to compare")
         return 0

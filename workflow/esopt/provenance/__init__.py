@@ -7,6 +7,8 @@ imports   the package files a command runs, derived from its imports
 jobs      the one map of what each job depends on (config sections, code), imported by
           the Snakemake rules and by `esopt audit`
 find      finding records and the paths they name
-record_checks, weights, audit
-          `esopt audit`: re-hash, re-check the config, replay ES histories bit for bit
+record_checks, derived, weights, code_state, audit
+          `esopt audit`: re-hash, re-check the config, recompute derived values (ES updates
+          from raw rewards, summaries from trajectories, metrics from histories, episodes
+          through the environment), replay ES histories bit for bit, compare the code tree
 """

@@ -1,4 +1,5 @@
-"""Audit a result against its provenance.json: re-hash, re-check the config, replay ES.
+"""Audit a result against its provenance.json: re-hash, re-check the config, recompute
+what derives from something else, replay ES.
 
 One provenance record (see esopt.provenance.record) is checked in this order:
 
@@ -23,17 +24,31 @@ chain         an input that is another record (DIR/provenance.json of the traini
               this record took of them
 output        every recorded output file re-hashed
 model-weights build-model: every weight file in weights_sha256 that the outputs do not list
+outputs, es-settings, updates, rewards, episodes, metrics, budget, summary, result
+              derived values recomputed from what they derive from, never trusted as
+              recorded (esopt.provenance.derived)
 history       ES: history.json agrees with the record on the base and final weight
               hashes, the method (--variant) and the horizon
 ranks         ES over torch.distributed ranks: every replica's final weights hash
               to final_weights_sha256
 base-weights  ES/RL: the base model (the --model input) loads to base_weights_sha256
-replay        ES: the history replayed onto the base model gives final_weights_sha256
-              (train-rl: a note; RL runs cannot be replayed; search-heuristics --es: the
+replay        ES: the history replayed onto the base model gives final_weights_sha256,
+              each update made again from the generation's raw rewards (train-rl: a note; RL runs cannot be replayed; search-heuristics --es: the
               writer's online updates)
 saved-weights ES/RL: the saved DIR/model loads to final_weights_sha256 (not for
               search-heuristics, which keeps no model)
-code          note only: the recorded git commit (and dirty flag) against the checkout now
+code          the tree the record was made from (commit and changed files) against the
+              checkout now, file by file: a warning when a file the command runs differs
+              (esopt.provenance.code_state)
+
+upstream      --upstream: a warning for an input that no record lists as produced
+
+After the records, auditing a directory adds:
+
+coverage      a warning for every file under it that no record lists as an output (a
+              result whose record was deleted, a file added to a run)
+
+A warning passes; `esopt audit --strict` fails on it (and on a skipped check).
 
 Report records (command "notebook:NAME", written by the figure notebooks beside their
 table as TABLE.provenance.json) hold no config: their inputs and outputs are re-hashed.
@@ -49,12 +64,15 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from esopt.provenance.derived import DerivedChecks
 from esopt.provenance.find import (
     _abs,
     _read_record,
     display_path,
     find_records,
     infer_root,
+    is_provenance_file,
+    produced_files,
     producer_of,
 )
 from esopt.provenance.record_checks import (
@@ -65,9 +83,77 @@ from esopt.provenance.record_checks import (
 )
 from esopt.provenance.weights import WeightChecks
 
+LOG_DIRS = ("logs",)  # rule logs: how a job ran, not a result (results/logs/, and papermill's
+LOG_SUFFIXES = (".log",)  # executed notebooks, results/notebooks/*.ipynb, kept as report rules' logs)
 
-class Auditor(RecordChecks, WeightChecks):
+
+class Auditor(RecordChecks, DerivedChecks, WeightChecks):
     """Checks records one by one (audit_record), keeping file hashes between them."""
+
+
+def _is_log(rel: Path) -> bool:
+    return (any(part in LOG_DIRS for part in rel.parts[:-1]) or rel.suffix in LOG_SUFFIXES
+            or (rel.suffix == ".ipynb" and rel.parent.name == "notebooks"))
+
+
+def _shown(files: list[str], n: int = 5) -> str:
+    return ", ".join(files[:n]) + (f" (+{len(files) - n} more)" if len(files) > n else "")
+
+
+def coverage_check(directory: Path, records: list[Path], root: Path | None) -> Check:
+    """coverage: every file under an audited directory is a record or an output one lists
+    (hidden directories and rule logs aside); the others are results nothing vouches for."""
+    covered: set[Path] = set()
+    configs: set[Path] = set()
+    for prov in records:
+        rec = _read_record(prov) or {}
+        covered.add(_abs(prov))
+        covered |= produced_files(prov, rec, root) if isinstance(rec.get("outputs"), dict) else set()
+        if rec.get("config_path"):
+            base = root or infer_root(prov, rec) or Path.cwd()
+            cp = Path(rec["config_path"])
+            configs.add(_abs(cp if cp.is_absolute() else base / cp))
+    files, logs = [], 0
+    for f in sorted(directory.rglob("*")):
+        rel = f.relative_to(directory)
+        if not f.is_file() or any(part.startswith(".") for part in rel.parts):
+            continue
+        if _is_log(rel):
+            logs += 1
+            continue
+        if _abs(f) in covered or _abs(f) in configs or any(d in covered for d in _abs(f).parents):
+            continue
+        files.append(str(rel))
+    shown = display_path(directory)
+    aside = f" ({logs} rule logs not counted)" if logs else ""
+    if files:
+        orphans = [f for f in files if not is_provenance_file(Path(f))]
+        return Check("coverage", shown, "warn", f"{len(files)} file(s) no record lists as an output{aside}: "
+                     + _shown(orphans or files), shown)
+    return Check("coverage", shown, "ok", f"every file is a record or an output one lists{aside}", shown)
+
+
+def unproduced_inputs(prov: Path, rec: dict, auditor: Auditor, produced: set[Path]) -> list[Check]:
+    """--upstream: inputs beside results that no record lists as produced (a result whose
+    record was deleted). The config file and inputs outside the record's tree are left out;
+    `produced`: what the records audited produced (other records are looked up)."""
+    base = auditor.root or infer_root(prov, rec) or Path.cwd()
+    tops = {Path(o).parts[0] for o in rec.get("outputs") or {} if not Path(o).is_absolute() and len(Path(o).parts) > 1}
+    cp = rec.get("config_path")
+    out = []
+    for p in rec.get("inputs") or {}:
+        q = Path(p)
+        if q.is_absolute() or p == cp or q.parts[0] not in tops or is_provenance_file(q):
+            continue
+        path = _abs(base / q)
+        if path in produced or any(d in produced for d in path.parents):
+            continue
+        if path.is_file() and producer_of(path, auditor.root) is None:
+            out.append(p)
+    if not out:
+        return []
+    return [Check("upstream", _shown(out, 3), "warn", f"{len(out)} input(s) that no record lists as produced: "
+                  "nothing vouches for them (a deleted record?)", display_path(prov))]
 
 
 def audit(path: str | os.PathLike, *, root: str | os.PathLike | None = None, replay: str = "auto",
@@ -83,6 +169,8 @@ def audit(path: str | os.PathLike, *, root: str | os.PathLike | None = None, rep
 
     auditor = Auditor(root, replay, max_replay_params, on_check)
     queue = find_records(path, auditor.root)
+    listed = list(queue)
+    audited: list[tuple[Path, dict]] = []  # with --upstream: (record, its content), in audit order
     report = AuditReport(str(path))
     seen: set[Path] = set()
     bar = tqdm(total=len(queue), desc="audit", unit="record", disable=not progress or len(queue) < 2)
@@ -104,5 +192,19 @@ def audit(path: str | os.PathLike, *, root: str | os.PathLike | None = None, rep
                 if up is not None and up not in seen and up not in queue:
                     queue.append(up)
                     bar.total += 1
+            audited.append((prov, rec))
     bar.close()
+    if upstream:  # after every record, so that what they produced is known without a search
+        produced = set().union(*(produced_files(p, r, auditor.root) for p, r in audited
+                                 if isinstance(r.get("outputs"), dict)))
+        for prov, rec in audited:
+            for c in unproduced_inputs(prov, rec, auditor, produced):
+                if on_record:
+                    on_record(prov)
+                auditor._emit(report.checks, c)
+    target = _abs(path)
+    if target.is_dir() and listed and all(target in p.parents for p in listed):
+        if on_record:
+            on_record(target)
+        auditor._emit(report.checks, coverage_check(target, listed, auditor.root))
     return report

@@ -20,15 +20,46 @@ from esopt.io import sha256_file, write_json_atomic
 PACKAGES = ("esopt", "torch", "transformers", "tokenizers", "snakemake", "huggingface_hub", "accelerate")
 
 
+RECORD_VERSION = 2  # 2: every file a command writes is an output (trajectories too); git lists the changed files
+MAX_CHANGES = 200  # changed files a record lists with their content hash; more are counted, not listed
+
+
 def git_state(cwd: str | os.PathLike | None = None) -> dict[str, Any]:
-    def run(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+    """The commit the code was checked out at and how the tree differed from it: every
+    modified, added, deleted or untracked (not ignored) file, by its path from the
+    repository root, with the git blob hash of its content (null: deleted), so that an
+    audit can tell which files of another checkout differ from the tree that ran."""
+    def run(*args: str, root: str | os.PathLike | None = cwd) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
 
     try:
+        commit = run("rev-parse", "HEAD").strip()
+        top = run("rev-parse", "--show-toplevel").strip()
         # untracked files count: a new module nobody committed yet makes the tree dirty
-        return {"commit": run("rev-parse", "HEAD"), "dirty": bool(run("status", "--porcelain", "--untracked-files=normal"))}
+        status = run("status", "--porcelain", "-z", "--untracked-files=all", root=top).split("\0")
     except (OSError, subprocess.CalledProcessError):
         return {"commit": None, "dirty": None}
+    changed: dict[str, bool] = {}  # path -> still exists
+    i = 0
+    while i < len(status):
+        entry = status[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        xy, path = entry[:2], entry[3:]
+        if "R" in xy or "C" in xy:  # -z: "R  new\0old\0"
+            if "R" in xy and i < len(status):
+                changed[status[i]] = False
+            i += 1
+        changed[path] = "D" not in xy
+    listed = sorted(changed)[:MAX_CHANGES]
+    present = [p for p in listed if changed[p] and (Path(top) / p).is_file()]
+    blobs = run("hash-object", "--", *present, root=top).split() if present else []
+    out: dict[str, Any] = {"commit": commit, "dirty": bool(changed),
+                           "changes": {p: None for p in listed} | dict(zip(present, blobs))}
+    if len(changed) > MAX_CHANGES:
+        out["changes_not_listed"] = len(changed) - MAX_CHANGES
+    return out
 
 
 def package_versions() -> dict[str, str | None]:
@@ -85,6 +116,7 @@ class Provenance:
         end = time.time()
         peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
         rec = {
+            "record_version": RECORD_VERSION,
             "command": self.command,
             "argv": sys.argv,
             "rule": self.rule,

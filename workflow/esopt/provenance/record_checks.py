@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +29,14 @@ from esopt.provenance.find import (
 DEFAULT_MAX_REPLAY_PARAMS = 50_000_000
 REPLAY_MODES = ("auto", "always", "never")
 REQUIRED_KEYS = ("command", "config", "config_sha256", "inputs", "outputs")
-SYMBOL = {"ok": "✓", "fail": "✗", "skip": "-", "note": "·"}
+SYMBOL = {"ok": "✓", "fail": "✗", "warn": "!", "skip": "-", "note": "·"}
 
 
 @dataclass
 class Check:
     name: str  # record, config-hash, config-file, input, output, ...
     target: str  # the path the check is about, as the record names it
-    status: str  # ok | fail | skip | note
+    status: str  # ok | fail | warn (passes; fails under --strict) | skip | note
     detail: str = ""
     record: str = ""  # the provenance file the check belongs to
 
@@ -65,6 +65,10 @@ class AuditReport:
     @property
     def first_failure(self) -> Check | None:
         return next(iter(self.failures), None)
+
+    @property
+    def warnings(self) -> list[Check]:
+        return [c for c in self.checks if c.status == "warn"]
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(SYMBOL, 0)
@@ -145,16 +149,44 @@ def depends_on(rec: dict[str, Any]) -> tuple[str, Callable[[dict[str, Any]], Any
     return jobs.JOBS[rec["command"]].what + (f"; for {shown}" if shown else ""), view
 
 
+def is_es_agent(rec: dict[str, Any]) -> bool:
+    """A train-agent record of a method that trains the weights with ES (a replayable history)."""
+    return rec.get("command") == "train-agent" and any(Path(o).name == "history.json" for o in rec.get("outputs") or {})
+
+
+@lru_cache(maxsize=64)
+def _code_files(cmd: str, top: Path) -> frozenset[str] | None:
+    return None if (f := _code_files_of({"command": cmd}, top)) is None else frozenset(f)
+
+
+def _code_files_of(rec: dict[str, Any], top: Path) -> set[str] | None:
+    """The files (from the repository root) that the record's command runs: its imports, as
+    the pipeline lists them for the job (esopt.provenance.jobs.code_files), or a report's
+    notebook and its imports; None for a command the map does not know (all code counts)."""
+    cmd = str(rec.get("command") or "")
+    try:
+        if cmd.startswith("notebook:"):
+            nb = top / "notebooks" / f"{cmd.split(':', 1)[1]}.ipynb"
+            if not nb.is_file():
+                return None
+            files = [nb, *map(Path, jobs.code_files(str(nb)))]
+        elif cmd in jobs.JOBS or cmd in ("audit", "replay"):
+            files = list(map(Path, jobs.code_files(cmd)))
+        else:
+            return None
+    except (OSError, ValueError, SyntaxError):
+        return None
+    out = set()
+    for f in files:
+        try:
+            out.add(str(f.resolve().relative_to(top.resolve())))
+        except ValueError:
+            continue
+    return out
+
+
 def _short(h: str | None) -> str:
     return (h or "none")[:12]
-
-
-def current_git() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 # ---------------------------------------------------------------- the auditor
@@ -175,7 +207,7 @@ class RecordChecks:
         self.max_replay_params = max_replay_params
         self.on_check = on_check
         self._hashes: dict[Path, tuple[int, int, str]] = {}
-        self._git = current_git()
+        self._checkout = None  # esopt.provenance.code_state.Checkout, made at the first code check
 
     # -- plumbing
 
@@ -273,8 +305,17 @@ class RecordChecks:
                     continue
                 emit(self._hash_check("model-weights", shown, model_dir / f, want, rp))
 
+        # derived values: recomputed from what they derive from (esopt.provenance.derived)
+        try:
+            derived = self.derived_checks(rec, res, rp)
+        except Exception as e:  # noqa: BLE001 -- a result too broken to recompute fails; the audit goes on
+            derived = [Check("derived", rp, "fail", f"cannot be recomputed: {type(e).__name__}: {e}", rp)]
+        for c in derived:
+            emit(c)
+
         # weights: ES history, replay, saved model
-        if rec["command"] in ("train-es", "train-rl") or (rec["command"] == "search-heuristics" and rec.get("es")):
+        if rec["command"] in ("train-es", "train-rl") or (rec["command"] == "search-heuristics" and rec.get("es")) \
+                or is_es_agent(rec):
             lacking = [k for k in ("base_weights_sha256", "final_weights_sha256") if not isinstance(rec.get(k), str)]
             if lacking:
                 emit(Check("history" if rec["command"] == "train-es" else "saved-weights", rp, "fail",
@@ -283,12 +324,43 @@ class RecordChecks:
                 for c in self.weight_checks(rec, res, rp):
                     emit(c)
 
-        # code: a note, never a failure (code moves on; the record says which code made the result)
-        g = rec.get("git") or {}
-        if g.get("commit"):
-            now = "the same commit" if g["commit"] == self._git else f"now {_short(self._git)}"
-            emit(Check("code", "git", "note", f"made by {_short(g['commit'])}{' (dirty tree)' if g.get('dirty') else ''}, {now}", rp))
+        emit(self._code_check(rec, rp))
         return out
+
+    def _code_check(self, rec: dict[str, Any], rp: str) -> Check:
+        """code: the tree the record was made from against the checkout now, file by file
+        (esopt.provenance.code_state). A difference in a file the command runs (its
+        imports, as the pipeline lists them for the job) or one the audit cannot rule out
+        is a warning; differences only elsewhere (docs, tests, other commands) are listed."""
+        from esopt.provenance.code_state import Checkout
+
+        g = rec.get("git") or {}
+        if not g.get("commit"):
+            return Check("code", "git", "note", "the record names no commit", rp)
+        if self._checkout is None:
+            self._checkout = Checkout()
+        co = self._checkout
+        made = f"made by {_short(g['commit'])}{' (dirty tree)' if g.get('dirty') else ''}"
+        diff = co.differences(g)
+        if co.top is None:
+            return Check("code", "git", "note", f"{made}; {diff.unknown}", rp)
+        now = "the same commit" if g["commit"] == co.head else f"now {_short(co.head)}"
+        runs = _code_files(str(rec.get("command")), co.top)
+        mine = [f for f in diff.files if runs is None or f in runs]
+        other = [f for f in diff.files if f not in mine]
+        listed = lambda fs: ", ".join(fs[:5]) + (f" (+{len(fs) - 5} more)" if len(fs) > 5 else "")
+        what = "the code it runs" if runs is not None else "the checkout"
+        parts = []
+        if mine:
+            parts.append(f"{len(mine)} file(s) of {what} differ from the record's tree: {listed(mine)}")
+        if other:
+            parts.append(f"{len(other)} other file(s) differ: {listed(other)}")
+        if diff.unknown:
+            parts.append(diff.unknown)
+        if not diff.files and not diff.unknown:
+            parts.append("no file differs" + (" (the same changes as then)" if g.get("dirty") else ""))
+        status = "warn" if mine or diff.unknown else "ok"
+        return Check("code", "git", status, f"{made}, {now}: " + "; ".join(parts), rp)
 
     def _config_file_checks(self, rec: dict[str, Any], cp: str, res: Callable[[str], Path],
                             current: dict[str, Any], emit: Callable[[Check], None], rp: str) -> bool:

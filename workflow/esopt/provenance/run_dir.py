@@ -45,11 +45,12 @@ class RunDir:
         write_text_atomic(self.add(name), text)
 
     def publish_trajectories(self) -> None:
-        """DIR/trajectories/: the episodes the run kept (not hashed: samples to read)."""
+        """DIR/trajectories/: the episodes the run kept, an output like any other (the
+        audit re-hashes them and checks the history's rewards against them)."""
         if (self.out / "trajectories").exists():
             shutil.rmtree(self.out / "trajectories")
         if self.trajectories.exists():
-            shutil.copytree(self.trajectories, self.out / "trajectories")
+            shutil.copytree(self.trajectories, self.add("trajectories"))
 
     def finish(self, prov: Provenance, extra: dict[str, Any] | None = None) -> None:
         """The provenance record of every output, then the resume state goes."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from esopt.provenance.find import flag_value
-from esopt.provenance.record_checks import Check, _run_horizon, _short
+from esopt.provenance.record_checks import Check, _run_horizon, _short, is_es_agent
 
 log = logging.getLogger("esopt.audit")
 
@@ -85,11 +85,11 @@ class WeightChecks:
         from esopt.es.history import History
 
         checks: list[Check] = []
-        es = rec["command"] in ("train-es", "search-heuristics")
+        es = rec["command"] in ("train-es", "search-heuristics") or is_es_agent(rec)
         hist_key = next((o for o in rec["outputs"] if Path(o).name == "history.json"), None)
         history = None
         if es and hist_key is None:
-            checks.append(Check("history", "(none)", "fail", "train-es record lists no history.json output", rp))
+            checks.append(Check("history", "(none)", "fail", f"{rec['command']} record lists no history.json output", rp))
         elif es:
             try:
                 history = History.load(res(hist_key))
@@ -99,6 +99,8 @@ class WeightChecks:
                 bad = []
                 variant = flag_value(rec.get("argv") or [], "--variant")
                 want_method = f"es_{variant}" if variant else "esopt"  # esopt.eval.sudoku_training.es_method_name
+                if rec["command"] == "train-agent":
+                    want_method = rec.get("method") or flag_value(rec.get("argv") or [], "--method")
                 if history.run.get("method") is not None and history.run["method"] != want_method:
                     bad.append(f"method {history.run['method']!r}, the command ran {want_method!r}")
                 h = _run_horizon(rec)
