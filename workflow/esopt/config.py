@@ -18,6 +18,15 @@ import yaml
 
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
 
+# The most blanks a Sudoku puzzle of each board size may have: what the generator
+# (esopt.envs.sudoku) reaches. It blanks the cells of a random full grid in random order,
+# keeping a blank only while the solution stays unique, so it stops short of the fewest
+# clues a unique puzzle can have (4x4: 4, 6x6: 8, 9x9: 17). Measured over 2000, 300 and 60
+# grids: every 4x4 grid reaches 11 blanks and 84% reach 12; 78% of 6x6 grids reach 26, 23%
+# reach 27, none 28; 45% of 9x9 grids reach 57, 8% reach 58, hardly any more. At these
+# bounds a puzzle of one split takes at most ~35 grids (~0.1 s on 6x6, ~0.3 s on 9x9).
+SUDOKU_MAX_BLANKS = {4: 12, 6: 27, 9: 57}
+
 
 class ConfigError(ValueError):
     pass
@@ -58,19 +67,24 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
     if (s["max_turns"] is None) == (s["turns_per_blank"] is None):
         raise ConfigError(f"{source}: sudoku: set exactly one of max_turns and turns_per_blank")
     es = config["es"]
-    for h in config["sudoku"]["horizons"]:
-        for variant in [None, *es.get("variants", {})]:
-            sigma = es_settings(config, h, variant)["sigma"]
-            if sigma["schedule"] == "cosine" and "sigmaT" not in sigma:
-                where = f"es.variants.{variant}" if variant else "es.sigma"
-                raise ConfigError(f"{source}: {where}: sigmaT is required for the cosine schedule (H*={h})")
+    study = config.get("population_study") or {}
+    trained = [*s["horizons"], *(h for h in study.get("horizons", []) if h not in s["horizons"])]
+    runs = [(h, None) for h in trained] + [(h, name) for name, v in es.get("variants", {}).items()
+                                           for h in (v.get("horizons") or s["horizons"])]
+    for h, variant in runs:
+        sigma = es_settings(config, h, variant)["sigma"]
+        if sigma["schedule"] == "cosine" and "sigmaT" not in sigma:
+            where = f"es.variants.{variant}" if variant else "es.sigma"
+            raise ConfigError(f"{source}: {where}: sigmaT is required for the cosine schedule (H*={h})")
     for name, variant in es.get("variants", {}).items():
         bad = set(variant.get("horizons") or []) - set(config["sudoku"]["horizons"])
         if bad:
             raise ConfigError(f"{source}: es.variants.{name}.horizons {sorted(bad)} are not in sudoku.horizons")
-    bad = set(es.get("by_horizon", {})) - set(config["sudoku"]["horizons"])
+    bad = {str(k) for k in es.get("by_horizon", {})} - {str(h) for h in trained}
     if bad:
-        raise ConfigError(f"{source}: es.by_horizon keys {sorted(bad)} are not in sudoku.horizons")
+        raise ConfigError(f"{source}: es.by_horizon keys {sorted(bad)} are not in sudoku.horizons "
+                          "or population_study.horizons")
+    _check_runs(config, source)
     names = [m["name"] for m in all_models(config)]
     if len(set(names)) != len(names):
         raise ConfigError(f"{source}: model names must be unique, got {names}")
@@ -100,6 +114,97 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
         raise ConfigError(f"{source}: model names (model, population_study.models, tool_agents.model, ahd.model) "
                           f"must be unique, got {names}")
     return config
+
+
+def check_horizon(config: dict[str, Any], horizon: int, where: str) -> None:
+    """H* is a blank count the puzzle generator reaches on the config's board (else ConfigError)."""
+    size = config["sudoku"]["size"]
+    if not 1 <= int(horizon) <= SUDOKU_MAX_BLANKS[size]:
+        raise ConfigError(f"{where}: {horizon} blanks on a {size}x{size} board: the puzzle generator makes "
+                          f"1 to {SUDOKU_MAX_BLANKS[size]}")
+
+
+def check_run_args(config: dict[str, Any], horizon: int | None = None, population: int | None = None,
+                   variant: str | None = None) -> None:
+    """A command's --horizon, --population and --variant against the config, before the run
+    starts: blanks the generator reaches, an even G under es.antithetic, a variant it has."""
+    if horizon is not None:
+        check_horizon(config, horizon, "--horizon")
+    variants = config["es"].get("variants") or {}
+    if variant is not None and variant not in variants:
+        raise ConfigError(f"--variant {variant!r} is not in the config (es.variants: {sorted(variants)})")
+    if population is not None and config["es"]["antithetic"] and population % 2:
+        raise ConfigError(f"--population {population}: es.antithetic pairs the members, so G must be even")
+
+
+def _check_runs(config: dict[str, Any], source: str) -> None:
+    """What a job would otherwise find out only when it runs: blank counts the generator
+    cannot reach, odd populations under antithetic sampling, a tiny architecture that does
+    not build, a method whose settings block is missing."""
+    sudoku_models = all_models(config)
+    study, memory = config.get("population_study") or {}, config.get("memory") or {}
+    blanks = {"sudoku.horizons": config["sudoku"]["horizons"], "population_study.horizons": study.get("horizons", [])}
+    for i, m in enumerate(sudoku_models):
+        where = "model" if i == 0 else f"population_study.models[{i - 1}]"
+        blanks[f"{where}.warmstart.blanks"] = (m.get("warmstart") or {}).get("blanks", [])
+        blanks[f"{where}.warmstart.select.horizons"] = ((m.get("warmstart") or {}).get("select") or {}).get("horizons", [])
+    if memory:
+        blanks["memory.horizon"] = [memory["horizon"]]
+    for where, hs in blanks.items():
+        for h in hs:
+            check_horizon(config, h, f"{source}: {where}")
+
+    es = config["es"]
+    if es["antithetic"]:  # members come in ±ε pairs (variants cannot change it)
+        pops = {"es.populations": es["populations"], "population_study.populations": study.get("populations", [])}
+        if "es" in memory.get("methods", []):
+            pops["memory.population"] = [memory["population"]]
+        for where, gs in pops.items():
+            if any(g % 2 for g in gs):
+                raise ConfigError(f"{source}: {where} {gs}: es.antithetic pairs the members, so every G must be even")
+
+    ta, ahd = config.get("tool_agents") or {}, config.get("ahd") or {}
+    tiny = {("model" if i == 0 else f"population_study.models[{i - 1}]"): m.get("tiny")
+            for i, m in enumerate(sudoku_models)}
+    tiny |= {"tool_agents.model": (ta.get("model") or {}).get("tiny"), "ahd.model": (ahd.get("model") or {}).get("tiny"),
+             "memory.probe": memory.get("probe")}
+    for where, t in tiny.items():
+        if not t:
+            continue
+        if t.get("architecture") == "qwen3" and set(t["layer_types"]) != {"full_attention"}:
+            raise ConfigError(f"{source}: {where}.tiny: architecture qwen3 has full attention only, "
+                              f"got layer_types {t['layer_types']}")
+        if t["num_attention_heads"] % t["num_key_value_heads"]:
+            raise ConfigError(f"{source}: {where}.tiny: num_attention_heads {t['num_attention_heads']} must be a "
+                              f"multiple of num_key_value_heads {t['num_key_value_heads']} (grouped-query attention)")
+
+    if "rl" not in config:
+        rl_memory = sorted(set(memory.get("methods", [])) & {"grpo", "ppo"})
+        if rl_memory:
+            raise ConfigError(f"{source}: memory.methods {rl_memory} measure RL steps, which need an rl block")
+    if ta:
+        methods = set(ta["methods"])
+        if "grpo" in methods and "grpo" not in ta:
+            raise ConfigError(f"{source}: tool_agents.methods has grpo but there is no tool_agents.grpo block")
+        t2s = ta.get("trace2skill")
+        if methods & {"trace2skill", "esopt_trace2skill"} and not t2s:
+            raise ConfigError(f"{source}: tool_agents.methods has {sorted(methods & {'trace2skill', 'esopt_trace2skill'})} "
+                              "but there is no tool_agents.trace2skill block")
+        if "trace2skill" in methods and "rollouts_per_generation" not in t2s:
+            raise ConfigError(f"{source}: tool_agents.trace2skill.rollouts_per_generation is required by method trace2skill")
+        analyst = (t2s or {}).get("analyst") or {}
+        missing = [k for k in ("base_url", "model") if analyst.get("kind") == "openai" and not analyst.get(k)]  # api_key_env: optional (a local server needs no key)
+        if missing:
+            raise ConfigError(f"{source}: tool_agents.trace2skill.analyst of kind openai needs {missing}")
+        if methods & {"esopt", "esopt_trace2skill"}:
+            for b in ta["benchmarks"]:
+                g = tool_es_settings(config, b)
+                if g.get("antithetic") and g["population"] % 2:
+                    raise ConfigError(f"{source}: tool_agents es population {g['population']} for {b}: "
+                                      "antithetic pairs the members, so it must be even")
+    writer = ahd.get("model") or {}
+    if writer.get("source") == "hub" and not (writer.get("hub") or writer.get("local_path")):
+        raise ConfigError(f"{source}: ahd.model: source 'hub' needs hub.repo_id and hub.revision, or local_path")
 
 
 def _check_expect(m: dict[str, Any], where: str, keys: set[str], unknown: str) -> None:
@@ -179,11 +284,13 @@ def model_spec(config: dict[str, Any], name: str | None = None) -> dict[str, Any
 
 def load_config(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"config file {path} does not exist")
+    if not path.is_file():
+        raise ConfigError(f"config file {path} " + ("is a directory" if path.is_dir() else "does not exist"))
     try:
         raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
+    except OSError as e:
+        raise ConfigError(f"config file {path} cannot be read: {e.strerror}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path} is not valid YAML: {e}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} must hold a mapping, got {type(raw).__name__}")

@@ -34,7 +34,14 @@ def main_fn(args: argparse.Namespace) -> int:
     w = m["warmstart"]
     if w.get("threads") and not args.threads:
         torch.set_num_threads(w["threads"])
-    data = dict(d.split("=", 1) for d in args.data)
+    data = {}
+    for d in args.data:
+        bench, sep, path = d.partition("=")
+        if not sep or not bench or not path:
+            raise ValueError(f"--data {d!r}: expected BENCHMARK=DIR (e.g. math=results/data/math/train)")
+        if bench not in ta["benchmarks"]:
+            raise ValueError(f"--data {d!r}: {bench!r} is not a benchmark of tool_agents (expected one of {sorted(ta['benchmarks'])})")
+        data[bench] = path
     missing = set(ta["benchmarks"]) - set(data)
     if missing:
         raise ValueError(f"--data BENCHMARK=DIR missing for {sorted(missing)}")

@@ -11,11 +11,13 @@ import argparse
 import logging
 from pathlib import Path
 
-from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
+from esopt.cli.common import add_provenance_args, add_threads_arg, json_object, parse_wildcards, run_main, setup
 from esopt.io import write_json_atomic
 from esopt.provenance.record import Provenance
 
 log = logging.getLogger("esopt.evaluate")
+
+BENCHMARKS = ("sudoku",)  # the tool benchmarks have esopt evaluate-agent
 
 
 def main_fn(args: argparse.Namespace) -> int:
@@ -27,7 +29,7 @@ def main_fn(args: argparse.Namespace) -> int:
     from esopt.models.load import load_model_and_tokenizer
 
     out = Path(args.out)
-    if out.suffix != ".json":
+    if out.suffix != ".json" or out.is_dir():
         raise ValueError(f"--out {out}: expected a .json file")
     ev = cfg["evaluate"]
     seed = ev["seed"] if args.seed is None else args.seed
@@ -45,7 +47,7 @@ def main_fn(args: argparse.Namespace) -> int:
         if policy is not model:
             policy.close()
     summary = {"benchmark": args.benchmark, "model": str(args.model), "horizon": args.horizon,
-               "meta": parse_wildcards(args.meta),
+               "meta": json_object(args.meta, "--meta"),
                "decoding": ev["decoding"], "seed": seed, **summarize(trajs)}
     traj_path = out.with_suffix(".trajectories.jsonl")
     write_trajectories(traj_path, trajs, horizon=args.horizon)
@@ -59,11 +61,11 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="esopt evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True)
     p.add_argument("--model", required=True, help="model directory (base or DIR/model of a training run)")
-    p.add_argument("--benchmark", default="sudoku")
-    p.add_argument("--horizon", type=int, required=True)
+    p.add_argument("--benchmark", default="sudoku", choices=BENCHMARKS)
+    p.add_argument("--horizon", type=int, required=True, help="H*: blanks per puzzle")
     p.add_argument("--seed", type=int, default=None, help="evaluation seed (default: evaluate.seed of the config)")
     p.add_argument("--out", required=True, help="summary FILE.json")
-    p.add_argument("--meta", default="{}", help="JSON copied into the summary (method, train_horizon, population, seed)")
+    p.add_argument("--meta", default="{}", help="JSON object copied into the summary (method, train_horizon, population, seed)")
     add_threads_arg(p)
     add_provenance_args(p)
     return p

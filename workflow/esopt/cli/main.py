@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 
@@ -11,13 +12,23 @@ COMMANDS = (
     "build-ahd-model", "search-heuristics",
     "replay", "audit",
 )
+USAGE = "usage: esopt <command> [options]   (esopt <command> --help: its options)\n\ncommands:\n" + \
+    "\n".join(f"  {c}" for c in COMMANDS)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: esopt <command> [options]\n\ncommands:\n" + "\n".join(f"  {c}" for c in COMMANDS), file=sys.stderr)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    if not argv:
+        print(USAGE, file=sys.stderr)
+        return 2
+    if argv[0] not in COMMANDS:
+        close = difflib.get_close_matches(argv[0], COMMANDS, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        print(f"esopt: error: unknown command {argv[0]!r}{hint}\n\n{USAGE}", file=sys.stderr)
+        return 2
     return importlib.import_module("esopt.cli." + argv[0].replace("-", "_")).main(argv[1:])
 
 

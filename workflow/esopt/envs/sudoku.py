@@ -25,9 +25,18 @@ import random
 import re
 from dataclasses import dataclass
 
+from esopt.config import SUDOKU_MAX_BLANKS
+
 BOX = {4: (2, 2), 6: (2, 3), 9: (3, 3)}  # board size -> box (rows, columns)
-MAX_BLANKS = {4: 12, 6: 28, 9: 64}  # a unique 4x4 needs >= 4 clues, a 6x6 >= 8, a 9x9 >= 17
+MAX_BLANKS = SUDOKU_MAX_BLANKS  # the most blanks this generator reaches (measured: esopt.config)
 MAX_FAILED_ATTEMPTS = 2000  # consecutive rejected candidates before giving up
+MAX_SHORT_REMOVALS = 100  # consecutive grids that do not reach the blanks asked for: give up at once
+
+
+class GenerationError(ValueError, RuntimeError):
+    """The generator cannot make the puzzles asked for (too many blanks or puzzles): a setting's
+    fault, so a ValueError (one line from the CLI), and a RuntimeError as it always was."""
+
 
 ACTION_RE = re.compile(r"r\s*(\d+)\s*c\s*(\d+)\s*=\s*(\d+)", re.IGNORECASE | re.ASCII)
 MAX_NUMBER_DIGITS = 18  # longer numbers are treated as malformed (int() caps at 4300 digits)
@@ -198,8 +207,9 @@ def _random_grid(size: int, rng: random.Random) -> str:
     return "".join("".join(row) for row in grid)
 
 
-def _remove_cells(solution: str, size: int, blanks: int, rng: random.Random) -> str | None:
-    """Blank `blanks` cells in random order keeping the solution unique, or None."""
+def _remove_cells(solution: str, size: int, blanks: int, rng: random.Random) -> str:
+    """Blank up to `blanks` cells in random order keeping the solution unique (fewer when
+    the grid runs out of cells that can go)."""
     board = list(solution)
     order = rng.sample(range(size * size), size * size)
     removed = 0
@@ -211,7 +221,7 @@ def _remove_cells(solution: str, size: int, blanks: int, rng: random.Random) -> 
             removed += 1
         else:
             board[i] = solution[i]
-    return "".join(board) if removed == blanks else None
+    return "".join(board)
 
 
 def generate_puzzles(size: int, blanks: int, n: int, seed: int, split: str) -> list[SudokuTask]:
@@ -225,26 +235,28 @@ def generate_puzzles(size: int, blanks: int, n: int, seed: int, split: str) -> l
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if not 1 <= blanks <= MAX_BLANKS[size]:
         raise ValueError(
-            f"blanks must be in 1..{MAX_BLANKS[size]} for {size}x{size} "
-            f"(a unique puzzle needs at least {size * size - MAX_BLANKS[size]} clues), got {blanks}"
+            f"blanks must be in 1..{MAX_BLANKS[size]} for {size}x{size} (the most this generator reaches), got {blanks}"
         )
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
 
     tasks: list[SudokuTask] = []
     seen: set[str] = set()
-    attempt, failed = 0, 0
+    attempt, failed, short, reached = 0, 0, 0, 0
     while len(tasks) < n:
-        if failed >= MAX_FAILED_ATTEMPTS:
-            raise RuntimeError(
-                f"generated only {len(tasks)}/{n} {size}x{size} {split} puzzles with {blanks} blanks: "
-                f"{failed} consecutive candidates failed (too many blanks, or too few distinct puzzles)"
-            )
+        if failed >= MAX_FAILED_ATTEMPTS or short >= MAX_SHORT_REMOVALS:
+            why = (f"{short} grids in a row fell short (the best reached {reached})" if short >= MAX_SHORT_REMOVALS
+                   else f"{failed} consecutive candidates failed (too many blanks, or too few distinct puzzles)")
+            raise GenerationError(f"generated only {len(tasks)}/{n} {size}x{size} {split} puzzles with {blanks} blanks: {why}")
         rng = _rng(seed, split, size, blanks, attempt)
         attempt += 1
         solution = _random_grid(size, rng)
         puzzle = _remove_cells(solution, size, blanks, rng)
-        if puzzle is None or split_of(puzzle) != split or puzzle in seen:
+        if puzzle.count(".") < blanks:
+            failed, short, reached = failed + 1, short + 1, max(reached, puzzle.count("."))
+            continue
+        short = 0
+        if split_of(puzzle) != split or puzzle in seen:
             failed += 1
             continue
         failed = 0

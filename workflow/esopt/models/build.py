@@ -22,7 +22,7 @@ import torch
 
 from esopt.io import write_json_atomic
 from esopt.models.hub import download_snapshot, weight_hashes
-from esopt.models.load import save_model
+from esopt.models.load import check_model_dir, save_model
 from esopt.models.sft import SFTSettings, Transcript, supervised_fine_tune
 from esopt.models.tiny import build_tiny_model
 from esopt.models.tokenizer import train_tokenizer
@@ -70,8 +70,7 @@ def stage(spec: dict[str, Any], out: str | Path, where: str = "model") -> tuple[
     local = spec.get("local_path")
     if local:  # pre-staged weights stay where they are
         src = Path(local).expanduser().resolve()
-        if not (src / "config.json").exists():
-            raise FileNotFoundError(f"{where}.local_path {src} holds no config.json (expected a from_pretrained directory)")
+        check_model_dir(src)  # a bad local_path fails here, not in the first job that loads it
         out.mkdir(parents=True)
         for f in src.iterdir():
             if f.name not in STAGED_ASIDE:
