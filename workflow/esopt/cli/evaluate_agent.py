@@ -62,7 +62,10 @@ def main_fn(args: argparse.Namespace) -> int:
     traj_path = out.with_suffix(".trajectories.jsonl")
     write_trajectories(traj_path, every)
     write_json_atomic(out, summary)
-    prov.write(out.with_suffix(".provenance.json"), outputs=[out, traj_path], extra={"model_device": str(model.device)})
+    from esopt.eval.tool_episodes import sandbox_provenance
+
+    prov.write(out.with_suffix(".provenance.json"), outputs=[out, traj_path],
+               extra={"model_device": str(model.device), **sandbox_provenance(cfg, args.benchmark)})
     log.info("%s Mean@%d %.3f (samples %s)", args.benchmark, ev["samples"], summary["mean_at_k"],
              ", ".join(f"{x:.3f}" for x in scores))
     return 0

@@ -48,7 +48,9 @@ def main_fn(args: argparse.Namespace) -> int:
         d.history.save(run.add("history.json"))
     run.write_jsonl("samples.jsonl", d.samples)
     run.write_json("result.json", d.result)
-    run.finish(prov, extra=d.extra)
+    from esopt.ahd.evaluate import sandbox_provenance
+
+    run.finish(prov, extra={**d.extra, "sandbox": sandbox_provenance(cfg)})
     return 0
 
 

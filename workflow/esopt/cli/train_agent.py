@@ -62,7 +62,9 @@ def main_fn(args: argparse.Namespace) -> int:
         run.write_jsonl("skill_history.jsonl", result.prompt.lines)
     run.write_jsonl("metrics.jsonl", result.metrics)
     run.publish_trajectories()
-    run.finish(prov, extra=result.extra)
+    from esopt.eval.tool_episodes import sandbox_provenance
+
+    run.finish(prov, extra={**result.extra, **sandbox_provenance(cfg, args.benchmark)})
     log.info("done: %s", run.out)
     return 0
 
