@@ -1,11 +1,16 @@
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-import torch
-import yaml
+# as every esopt command sets them (esopt/cli/__init__.py): idle threads sleep, not spin
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import yaml  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "config" / "smoke.yaml"
@@ -32,6 +37,22 @@ def smoke_model(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-m", "esopt.cli.build_model", "--config", str(SMOKE), "--out", str(out)],
                    check=True, capture_output=True)
     return out
+
+
+@pytest.fixture(scope="session")
+def hybrid_model(tmp_path_factory) -> Path:
+    """The smoke model with one Gated DeltaNet (linear-attention) layer and one full-attention
+    layer, as Qwen3.5 mixes them (the smoke and tiny configs use full attention only), barely
+    trained: for the tests of the linear-attention path (a few seconds)."""
+    cfg = yaml.safe_load(SMOKE.read_text())
+    cfg["model"]["name"] = "smoke-hybrid"
+    cfg["model"]["tiny"]["layer_types"] = ["linear_attention", "full_attention"]
+    cfg["model"]["warmstart"]["steps"] = 20
+    root = tmp_path_factory.mktemp("hybrid")
+    (root / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    subprocess.run([sys.executable, "-m", "esopt.cli.build_model", "--config", str(root / "cfg.yaml"),
+                    "--out", str(root / "model")], check=True, capture_output=True)
+    return root / "model"
 
 
 @pytest.fixture(scope="session")
