@@ -1,5 +1,6 @@
 """Batched multi-turn rollouts with the tiny Qwen3.5 model and the Sudoku environment."""
 
+import pytest
 import torch
 
 from esopt.agent.rollout import Sampling, Trajectory, Turn, build_messages, rollout
@@ -12,8 +13,13 @@ def run(model, tok, tasks, sampling, seed=0, batch_size=None):
                    sampling=sampling, seed=seed, max_turns=5, batch_size=batch_size)
 
 
-def test_left_padded_batch_gives_the_same_logits_as_one_prompt(smoke_model):
-    model, tok = load_model_and_tokenizer(smoke_model, dtype="float32")
+# full attention only (the smoke and tiny default models) and the Qwen3.5 mix with a linear-attention layer
+MODELS = pytest.mark.parametrize("model_dir", ["smoke_model", "hybrid_model"])
+
+
+@MODELS
+def test_left_padded_batch_gives_the_same_logits_as_one_prompt(model_dir, request):
+    model, tok = load_model_and_tokenizer(request.getfixturevalue(model_dir), dtype="float32")
     short = tok.apply_chat_template([{"role": "user", "content": "1.34"}], tokenize=False, add_generation_prompt=True)
     long = tok.apply_chat_template([{"role": "system", "content": "Sudoku 4x4. Reply rRcC=V"},
                                     {"role": "user", "content": "placed r1c2=3\n1.34\n34.2\n.143\n432."}], tokenize=False, add_generation_prompt=True)
@@ -26,8 +32,9 @@ def test_left_padded_batch_gives_the_same_logits_as_one_prompt(smoke_model):
     assert torch.allclose(batched, single, atol=1e-4)
 
 
-def test_rollout_records_every_turn_and_never_crashes_on_model_output(smoke_model):
-    model, tok = load_model_and_tokenizer(smoke_model)
+@MODELS
+def test_rollout_records_every_turn_and_never_crashes_on_model_output(model_dir, request):
+    model, tok = load_model_and_tokenizer(request.getfixturevalue(model_dir))
     tasks = generate_puzzles(4, 2, 6, seed=3, split="train")
     trajs = run(model, tok, tasks, Sampling(do_sample=True, max_new_tokens=8))
     assert [t.task_id for t in trajs] == [t.id for t in tasks]
@@ -37,8 +44,9 @@ def test_rollout_records_every_turn_and_never_crashes_on_model_output(smoke_mode
         assert tr.reward in (0.0, 1.0) and tr.reward == float(tr.info["success"])
 
 
-def test_same_seed_same_episodes_and_batch_size_does_not_matter_for_sampling_seed(smoke_model):
-    model, tok = load_model_and_tokenizer(smoke_model)
+@MODELS
+def test_same_seed_same_episodes_and_batch_size_does_not_matter_for_sampling_seed(model_dir, request):
+    model, tok = load_model_and_tokenizer(request.getfixturevalue(model_dir))
     tasks = generate_puzzles(4, 2, 6, seed=4, split="train")
     s = Sampling(do_sample=True, max_new_tokens=8)
     a = [[t.action for t in tr.turns] for tr in run(model, tok, tasks, s, seed=9)]

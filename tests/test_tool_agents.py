@@ -109,9 +109,10 @@ def test_coevolution_uses_the_es_rollouts_and_no_more(setup, tmp_path, monkeypat
     alone = calls["n"]
     calls.update(n=0, skills=[])
     assert train(setup, "esopt_trace2skill", tmp_path / "co") == 0
-    assert calls["n"] == alone == 3 * 2  # generations x population
-    assert calls["skills"][:2] == ["", ""]  # generation 0 starts without a skill
-    assert all("Copy every number" in s for s in calls["skills"][2:])
+    pop = yaml.safe_load(Path(setup["config"]).read_text())["tool_agents"]["es"]["population"]
+    assert calls["n"] == alone == 3 * pop  # generations x population
+    assert calls["skills"][:pop] == [""] * pop  # generation 0 starts without a skill
+    assert all("Copy every number" in s for s in calls["skills"][pop:])
     assert "Copy every number of the question" in (tmp_path / "co/skill.md").read_text()
     lines = [json.loads(x) for x in (tmp_path / "co/skill_history.jsonl").read_text().splitlines()]
     assert [ln["generation"] for ln in lines] == [0, 1, 2]
