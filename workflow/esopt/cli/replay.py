@@ -14,7 +14,6 @@ import argparse
 import logging
 
 from esopt.cli.common import run_main, setup
-from esopt.io import atomic_path
 
 log = logging.getLogger("esopt.replay")
 
@@ -22,7 +21,7 @@ log = logging.getLogger("esopt.replay")
 def replay(base: str, history_path: str, out: str | None) -> dict:
     from esopt.es import History, Perturber
     from esopt.es.history import weights_sha256
-    from esopt.models.load import load_model_and_tokenizer
+    from esopt.models.load import load_model_and_tokenizer, save_model
 
     history = History.load(history_path)
     problems = history.check()
@@ -35,10 +34,7 @@ def replay(base: str, history_path: str, out: str | None) -> dict:
     got = weights_sha256(model)
     want = (history.final or {}).get("weights_sha256")
     if out:
-        with atomic_path(out) as tmp:
-            tmp.unlink()
-            model.save_pretrained(tmp)
-            tok.save_pretrained(tmp)
+        save_model(model, tok, out)  # a temporary directory replaces `out`: nothing half-written on failure
     return {"generations": len(history.generations), "weights_sha256": got, "expected": want,
             "match": want is None or got == want, "problems": problems}
 

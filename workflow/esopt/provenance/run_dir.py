@@ -47,10 +47,15 @@ class RunDir:
     def publish_trajectories(self) -> None:
         """DIR/trajectories/: the episodes the run kept, an output like any other (the
         audit re-hashes them and checks the history's rewards against them)."""
-        if (self.out / "trajectories").exists():
-            shutil.rmtree(self.out / "trajectories")
-        if self.trajectories.exists():
-            shutil.copytree(self.trajectories, self.add("trajectories"))
+        final = self.out / "trajectories"
+        if self.trajectories.exists():  # copied beside it, then swapped in: never half a copy
+            tmp = self.out / ".trajectories.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(self.trajectories, tmp)
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, self.add("trajectories"))
+        elif final.exists():
+            shutil.rmtree(final)
 
     def finish(self, prov: Provenance, extra: dict[str, Any] | None = None) -> None:
         """The provenance record of every output, then the resume state goes."""
