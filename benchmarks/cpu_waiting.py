@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import multiprocessing as mp
 import os
 import subprocess

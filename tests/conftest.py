@@ -8,9 +8,9 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import yaml  # noqa: E402
+import pytest
+import torch
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "config" / "smoke.yaml"

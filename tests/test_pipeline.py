@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import psutil
 import pytest
-
 from conftest import ROOT
+
 from esopt.config import load_config
 from esopt.provenance import jobs
 from esopt.provenance.imports import all_modules, module_file

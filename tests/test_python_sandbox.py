@@ -21,8 +21,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from esopt.agent.tools import Tool
-from esopt.agent.tools import python_sandbox
+
+from esopt.agent.tools import Tool, python_sandbox
 from esopt.agent.tools.python_sandbox import LAYERS as LAYER_NAMES
 from esopt.agent.tools.python_sandbox import PythonSandbox
 

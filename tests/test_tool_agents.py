@@ -22,7 +22,7 @@ SKILL_REPLY = "ADD [Arithmetic]: Copy every number of the question into the pyth
 class _Analyst(BaseHTTPRequestHandler):
     """An OpenAI-compatible server that always proposes the same edit (a real HTTP round trip)."""
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         assert self.path == "/v1/chat/completions" and body["messages"][-1]["role"] == "user"
         reply = json.dumps({"choices": [{"message": {"role": "assistant", "content": SKILL_REPLY}}]}).encode()

@@ -41,9 +41,10 @@ import ast
 import json
 import secrets
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any
 
 from esopt.agent.tools.python_sandbox import PythonSandbox
 from esopt.ahd.tasks.base import HeuristicTask, Instance

@@ -78,7 +78,7 @@ class History:
         write_json_atomic(path, asdict(self))
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "History":
+    def load(cls, path: str | os.PathLike) -> History:
         with open(path) as f:
             data = json.load(f)
         if data.get("format") != FORMAT:

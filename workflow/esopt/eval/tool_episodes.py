@@ -14,9 +14,10 @@ import math
 import os
 import random
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from esopt.agent.react import make_react_env, tool_instructions
 from esopt.agent.rollout import Sampling, Trajectory, rollout
@@ -126,7 +127,7 @@ class ToolEpisodeSpec:
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any], benchmark: str, decoding: str,
-                    batch_size: int | None = None) -> "ToolEpisodeSpec":
+                    batch_size: int | None = None) -> ToolEpisodeSpec:
         check(benchmark)
         ta = cfg["tool_agents"]
         s = ta["sampling"]

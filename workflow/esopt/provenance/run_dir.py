@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from esopt.io import write_json_atomic, write_text_atomic
 from esopt.models.load import save_model
