@@ -8,10 +8,8 @@ Pages: / (projects, search), /<owner>/<repo> (star button, counts), /<owner>/<re
 
 from __future__ import annotations
 
-from functools import wraps
-
 from esopt.envs.web.deps import require_flask
-from esopt.envs.web.sites.common import db, make_app, today
+from esopt.envs.web.sites.common import db, make_app, requires_login, today
 
 NAV = """{% block nav %}<a href="{{ url_for('home') }}">Projects</a>
 {% if session.get('username') %}<span>Signed in as {{ session.get('username') }}</span>
@@ -78,14 +76,7 @@ def create_app(secret: bytes):
 
     app = make_app("gitlab", "GitLab", TEMPLATES, secret)
 
-    def login_required(view):
-        @wraps(view)
-        def wrapped(*a, **kw):
-            if not session.get("username"):
-                flash("Sign in to do that.")
-                return redirect(url_for("login"))
-            return view(*a, **kw)
-        return wrapped
+    login_required = requires_login("username", "login", "Sign in to do that.")
 
     def _repo(owner, name):
         r = db().execute(_REPOS + " WHERE r.owner = ? AND r.name = ?", (owner, name)).fetchone()

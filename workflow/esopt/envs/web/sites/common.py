@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from functools import wraps
 from pathlib import Path
 
 from esopt.envs.web.deps import require_flask
@@ -92,3 +93,22 @@ def db() -> sqlite3.Connection:
 
 def today() -> str:
     return db().execute("SELECT value FROM meta WHERE key = 'today'").fetchone()[0]
+
+
+def requires_login(session_key: str, login_endpoint: str, message: str | None = None, keep_next: bool = False):
+    """A view decorator: without `session_key` in the session, redirect to `login_endpoint`
+    (flashing `message`; with keep_next, a GET comes back to its page after signing in)."""
+    def decorate(view):
+        @wraps(view)
+        def wrapped(*a, **kw):
+            flask = require_flask()
+            if not flask.session.get(session_key):
+                if message:
+                    flask.flash(message)
+                req = flask.request
+                target = req.script_root + req.full_path.rstrip("?") if keep_next and req.method == "GET" else None
+                args = {"next": target} if keep_next else {}
+                return flask.redirect(flask.url_for(login_endpoint, **args))
+            return view(*a, **kw)
+        return wrapped
+    return decorate

@@ -7,10 +7,8 @@ votes, comments, comment form), /f/<forum>/submit (new post), /u/<username>, /se
 
 from __future__ import annotations
 
-from functools import wraps
-
 from esopt.envs.web.deps import require_flask
-from esopt.envs.web.sites.common import db, make_app, today
+from esopt.envs.web.sites.common import db, make_app, requires_login, today
 
 NAV = """{% block nav %}<a href="{{ url_for('home') }}">Forums</a>
 {% if session.get('user_id') %}<a href="{{ url_for('user', username=session.get('username')) }}">{{ session.get('username') }}</a>
@@ -62,14 +60,7 @@ def create_app(secret: bytes):
 
     app = make_app("reddit", "Postmill", TEMPLATES, secret)
 
-    def login_required(view):
-        @wraps(view)
-        def wrapped(*a, **kw):
-            if not session.get("user_id"):
-                flash("Log in to do that.")
-                return redirect(url_for("login"))
-            return view(*a, **kw)
-        return wrapped
+    login_required = requires_login("user_id", "login", "Log in to do that.")
 
     def _post(forum, pid):
         p = db().execute(_POSTS + " WHERE p.id = ? AND p.forum = ?", (pid, forum)).fetchone()

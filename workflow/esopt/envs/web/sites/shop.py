@@ -9,10 +9,8 @@ Admin pages (admin login): /admin, /admin/orders, /admin/customers, /admin/custo
 
 from __future__ import annotations
 
-from functools import wraps
-
 from esopt.envs.web.deps import require_flask
-from esopt.envs.web.sites.common import db, make_app, today
+from esopt.envs.web.sites.common import db, make_app, requires_login, today
 from esopt.envs.web.sites.data import money
 
 NAV = """{% block nav %}<a href="{{ url_for('home') }}">Home</a>
@@ -116,23 +114,8 @@ def create_app(secret: bytes):
     app = make_app("shopping", "One Stop Shop", TEMPLATES, secret)
     app.jinja_env.globals["money"] = money
 
-    def customer_required(view):
-        @wraps(view)
-        def wrapped(*a, **kw):
-            if not session.get("customer_id"):
-                flash("Please sign in first.")
-                target = request.script_root + request.full_path.rstrip("?") if request.method == "GET" else None
-                return redirect(url_for("login", next=target))
-            return view(*a, **kw)
-        return wrapped
-
-    def admin_required(view):
-        @wraps(view)
-        def wrapped(*a, **kw):
-            if not session.get("admin"):
-                return redirect(url_for("admin_login"))
-            return view(*a, **kw)
-        return wrapped
+    customer_required = requires_login("customer_id", "login", "Please sign in first.", keep_next=True)
+    admin_required = requires_login("admin", "admin_login")
 
     def _safe_next(target: str | None, default: str) -> str:
         root = request.script_root + "/"
