@@ -16,6 +16,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "config" / "smoke.yaml"
 
 
+def require_web() -> None:
+    """For a module of web tests: skip it without the web extra or chromium, unless
+    ESOPT_WEB_REQUIRED is set (CI sets it): then fail, naming what is missing."""
+    from esopt.envs.web.deps import missing
+
+    lacking = missing()
+    if lacking and os.environ.get("ESOPT_WEB_REQUIRED"):
+        pytest.fail("ESOPT_WEB_REQUIRED is set but the web benchmark cannot run: " + "; ".join(lacking), pytrace=False)
+    if lacking:
+        pytest.skip("web benchmark dependencies missing: " + "; ".join(lacking), allow_module_level=True)
+
+
 def done_generations(out: Path) -> int:
     """Generations an ES run in `out` has finished so far (its history in .resume/)."""
     try:

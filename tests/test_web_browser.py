@@ -16,13 +16,9 @@ import urllib.request
 
 import pytest
 
-from esopt.envs.web.deps import missing
+from conftest import require_web
 
-_MISSING = missing()
-if _MISSING and os.environ.get("ESOPT_WEB_REQUIRED"):
-    pytest.fail("ESOPT_WEB_REQUIRED is set but the web benchmark cannot run: " + "; ".join(_MISSING), pytrace=False)
-if _MISSING:
-    pytest.skip("web benchmark dependencies missing: " + "; ".join(_MISSING), allow_module_level=True)
+require_web()
 
 import psutil
 

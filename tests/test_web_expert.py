@@ -2,17 +2,12 @@
 every evaluator kind. Needs the web extra and Debian's chromium; skipped without them
 unless ESOPT_WEB_REQUIRED is set (CI sets it), then missing pieces fail the run."""
 
-import os
 
 import pytest
 
-from esopt.envs.web.deps import missing
+from conftest import require_web
 
-_MISSING = missing()
-if _MISSING and os.environ.get("ESOPT_WEB_REQUIRED"):
-    pytest.fail("ESOPT_WEB_REQUIRED is set but the web benchmark cannot run: " + "; ".join(_MISSING), pytrace=False)
-if _MISSING:
-    pytest.skip("web benchmark dependencies missing: " + "; ".join(_MISSING), allow_module_level=True)
+require_web()
 
 from esopt.envs.web import ScriptedExpert, WebEnv, WebRuntime, generate_tasks
 from esopt.envs.web.templates import TEMPLATES, template_tasks
