@@ -17,6 +17,7 @@ include: "workflow/rules/baselines.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/tools.smk"
+include: "workflow/rules/web.smk"
 include: "workflow/rules/ahd.smk"
 
 
@@ -25,6 +26,7 @@ rule all:
     input:
         expand(rules.check_models.output.check, model=[m for m, spec in MODELS.items() if spec.get("expect")]),
         rules.check_tool_model.output if TOOL_EXPECT else [],
+        rules.check_web_model.output if WEB_EXPECT else [],
         rules.check_ahd_model.output if AHD_EXPECT else [],
         rules.report_sudoku.output,
         rules.report_methods.output,
@@ -35,6 +37,7 @@ rule all:
         rules.report_population.output if STUDY else [],
         rules.report_memory.output if MEMORY_METHODS else [],
         rules.report_tool_agents.output if TA else [],
+        rules.report_webarena.output if WEB else [],
         rules.report_ahd.output if AHD else [],
 
 

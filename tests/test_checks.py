@@ -163,7 +163,7 @@ def test_every_model_of_the_config_is_found_by_name_with_its_kind():
 
     kinds = {name: kind for name, (kind, _) in checked_models(load_config(SMOKE)).items()}
     assert kinds == {"smoke-qwen35": "sudoku", "smoke-qwen35-wide": "sudoku", "smoke-qwen35-tools": "tools",
-                     "smoke-qwen35-ahd": "ahd"}
+                     "smoke-qwen35-web": "web", "smoke-qwen35-ahd": "ahd"}
 
 
 def test_a_new_interval_reruns_the_check_and_rebuilds_no_model(tmp_path):

@@ -30,7 +30,7 @@ PROFILES = ["--profile", "profiles/slurm", "--profile", "profiles/slurm-local"]
 # rules the profile gives a GPU; train_es asks for its own (distributed.ranks x gpus_per_rank,
 # none in the smoke config) and the profile must not override that
 GPU_RULES = {"train_rl", "evaluate_base", "evaluate_es", "evaluate_rl", "memory", "train_agent", "evaluate_agent_base",
-             "evaluate_agent", "search_heuristics"}
+             "evaluate_agent", "search_heuristics", "train_web", "evaluate_web_base", "evaluate_web"}
 TIMEOUT_S = 3600
 # the parts of the checkout the workflow needs are everything but these
 NOT_COPIED = (".git", ".venv", "results", ".snakemake", "tests", "docs", "benchmarks", "__pycache__",

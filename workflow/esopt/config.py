@@ -103,15 +103,27 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
         sets = {f"{b}/{d}" for b, spec in ta["benchmarks"].items() for d in spec.get("eval", {})}
         _check_expect(ta["model"], f"{source}: tool_agents.model.expect", sets,
                       "{bad} are not evaluation sets BENCHMARK/SET of tool_agents.benchmarks")
+    web = config.get("web") or {}
+    wm = web.get("model") or {}
+    if wm.get("source") == "tiny" and not {"tiny", "warmstart"} <= set(wm):
+        raise ConfigError(f"{source}: web.model: source 'tiny' needs tiny and warmstart blocks")
+    if wm.get("source") == "hub" and not (wm.get("hub") or wm.get("local_path")):
+        raise ConfigError(f"{source}: web.model: source 'hub' needs hub.repo_id and hub.revision, or local_path")
+    if wm.get("source") == "local" and not wm.get("local_path"):
+        raise ConfigError(f"{source}: web.model: source 'local' needs local_path")
+    if web.get("model"):
+        _check_expect(web["model"], f"{source}: web.model.expect", {f"web/{d}" for d in web["eval"]},
+                      "{bad} are not evaluation sets web/SET of web.eval")
     ahd = config.get("ahd") or {}
     if ahd.get("model"):
         _check_expect(ahd["model"], f"{source}: ahd.model.expect", set(ahd["tasks"]), "{bad} are not in ahd.tasks")
         if ahd["model"]["expect"] and "sample" not in ahd["searches"]:
             raise ConfigError(f"{source}: ahd.model.expect is checked on the Sample runs of the base writer, "
                               "but ahd.searches has no 'sample'")
-    names = [m["name"] for m in all_models(config)] + [m["name"] for m in (ta.get("model"), ahd.get("model")) if m]
+    names = [m["name"] for m in all_models(config)] + [m["name"] for m in (ta.get("model"), web.get("model"),
+                                                                            ahd.get("model")) if m]
     if len(set(names)) != len(names):  # each is a directory results/models/NAME
-        raise ConfigError(f"{source}: model names (model, population_study.models, tool_agents.model, ahd.model) "
+        raise ConfigError(f"{source}: model names (model, population_study.models, tool_agents.model, web.model, ahd.model) "
                           f"must be unique, got {names}")
     return config
 
@@ -166,7 +178,8 @@ def _check_runs(config: dict[str, Any], source: str) -> None:
     ta, ahd = config.get("tool_agents") or {}, config.get("ahd") or {}
     tiny = {("model" if i == 0 else f"population_study.models[{i - 1}]"): m.get("tiny")
             for i, m in enumerate(sudoku_models)}
-    tiny |= {"tool_agents.model": (ta.get("model") or {}).get("tiny"), "ahd.model": (ahd.get("model") or {}).get("tiny"),
+    tiny |= {"tool_agents.model": (ta.get("model") or {}).get("tiny"),
+             "web.model": ((config.get("web") or {}).get("model") or {}).get("tiny"), "ahd.model": (ahd.get("model") or {}).get("tiny"),
              "memory.probe": memory.get("probe")}
     for where, t in tiny.items():
         if not t:
@@ -182,29 +195,61 @@ def _check_runs(config: dict[str, Any], source: str) -> None:
         rl_memory = sorted(set(memory.get("methods", [])) & {"grpo", "ppo"})
         if rl_memory:
             raise ConfigError(f"{source}: memory.methods {rl_memory} measure RL steps, which need an rl block")
-    if ta:
-        methods = set(ta["methods"])
-        if "grpo" in methods and "grpo" not in ta:
-            raise ConfigError(f"{source}: tool_agents.methods has grpo but there is no tool_agents.grpo block")
-        t2s = ta.get("trace2skill")
-        if methods & {"trace2skill", "esopt_trace2skill"} and not t2s:
-            raise ConfigError(f"{source}: tool_agents.methods has {sorted(methods & {'trace2skill', 'esopt_trace2skill'})} "
-                              "but there is no tool_agents.trace2skill block")
-        if "trace2skill" in methods and "rollouts_per_generation" not in t2s:
-            raise ConfigError(f"{source}: tool_agents.trace2skill.rollouts_per_generation is required by method trace2skill")
-        analyst = (t2s or {}).get("analyst") or {}
-        missing = [k for k in ("base_url", "model") if analyst.get("kind") == "openai" and not analyst.get(k)]  # api_key_env: optional (a local server needs no key)
-        if missing:
-            raise ConfigError(f"{source}: tool_agents.trace2skill.analyst of kind openai needs {missing}")
-        if methods & {"esopt", "esopt_trace2skill"}:
-            for b in ta["benchmarks"]:
-                g = tool_es_settings(config, b)
-                if g.get("antithetic") and g["population"] % 2:
-                    raise ConfigError(f"{source}: tool_agents es population {g['population']} for {b}: "
-                                      "antithetic pairs the members, so it must be even")
+    for sec in ("tool_agents", "web"):
+        if config.get(sec):
+            _check_agent_block(config, sec, source)
+    web = config.get("web") or {}
+    if web:
+        _check_web(web, source)
     writer = ahd.get("model") or {}
     if writer.get("source") == "hub" and not (writer.get("hub") or writer.get("local_path")):
         raise ConfigError(f"{source}: ahd.model: source 'hub' needs hub.repo_id and hub.revision, or local_path")
+
+
+def _check_agent_block(config: dict[str, Any], sec: str, source: str) -> None:
+    """An agent block's (tool_agents, web) methods against its settings blocks."""
+    ta = config[sec]
+    methods = set(ta["methods"])
+    if "grpo" in methods and "grpo" not in ta:
+        raise ConfigError(f"{source}: {sec}.methods has grpo but there is no {sec}.grpo block")
+    t2s = ta.get("trace2skill")
+    if methods & {"trace2skill", "esopt_trace2skill"} and not t2s:
+        raise ConfigError(f"{source}: {sec}.methods has {sorted(methods & {'trace2skill', 'esopt_trace2skill'})} "
+                          f"but there is no {sec}.trace2skill block")
+    if "trace2skill" in methods and "rollouts_per_generation" not in t2s:
+        raise ConfigError(f"{source}: {sec}.trace2skill.rollouts_per_generation is required by method trace2skill")
+    analyst = (t2s or {}).get("analyst") or {}
+    missing = [k for k in ("base_url", "model") if analyst.get("kind") == "openai" and not analyst.get(k)]  # api_key_env: optional (a local server needs no key)
+    if missing:
+        raise ConfigError(f"{source}: {sec}.trace2skill.analyst of kind openai needs {missing}")
+    if methods & {"esopt", "esopt_trace2skill"}:
+        for b in agent_benchmarks(config, sec):
+            g = tool_es_settings(config, b)
+            if g.get("antithetic") and g["population"] % 2:
+                raise ConfigError(f"{source}: {sec} es population {g['population']} for {b}: "
+                                  "antithetic pairs the members, so it must be even")
+
+
+def _check_web(web: dict[str, Any], source: str) -> None:
+    """Task sources that fit the sites: generated tasks need the local sites, the real
+    suite needs the real sites' URLs and its task file."""
+    sets = {"web.train": web["train"], **{f"web.eval.{k}": v for k, v in web["eval"].items()}}
+    local = web.get("sites", "local") == "local"
+    for where, spec in sets.items():
+        if spec["source"] == "generated" and not local:
+            raise ConfigError(f"{source}: {where}: generated tasks run on the local sites, but web.sites gives URLs")
+        if spec["source"] != "generated":
+            if local:
+                raise ConfigError(f"{source}: {where}: source {spec['source']} needs the real WebArena sites: "
+                                  "set web.sites to their URLs ({shopping: http://HOST:7770, ...})")
+            if not spec.get("path"):
+                raise ConfigError(f"{source}: {where}: source {spec['source']} needs `path` (WebArena's "
+                                  "test.raw.json or a folder of config_files/N.json)")
+    judge = web.get("judge") or {}
+    need = {"openai": ("base_url", "model"), "callable": ("target",)}.get(judge.get("kind"), ())
+    missing = [k for k in need if not judge.get(k)]
+    if missing:
+        raise ConfigError(f"{source}: web.judge of kind {judge['kind']} needs {missing}")
 
 
 def _check_expect(m: dict[str, Any], where: str, keys: set[str], unknown: str) -> None:
@@ -251,11 +296,11 @@ def all_models(config: dict[str, Any]) -> list[dict[str, Any]]:
 
 def checked_models(config: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
     """Every model block the pipeline builds or fetches, by name, with its kind:
-    `model` and population_study.models ("sudoku"), tool_agents.model ("tools"),
+    `model` and population_study.models ("sudoku"), tool_agents.model ("tools"), web.model ("web"),
     ahd.model ("ahd"). Tool agents or a writer without a block of their own use `model`;
     the names are unique (validate_config)."""
     out = {m["name"]: ("sudoku", m) for m in all_models(config)}
-    for kind, sec in (("tools", "tool_agents"), ("ahd", "ahd")):
+    for kind, sec in (("tools", "tool_agents"), ("web", "web"), ("ahd", "ahd")):
         m = (config.get(sec) or {}).get("model")
         if m:
             out[m["name"]] = (kind, m)
@@ -337,9 +382,32 @@ def rl_settings(c: dict[str, Any]) -> dict[str, Any]:
     return without(section(c, "rl"), ("methods", "seeds"))
 
 
-def tool_episode_settings(c: dict[str, Any]) -> dict[str, Any]:
-    """What every tool-agent episode depends on: turn and token budgets, sampling, sandbox,
-    OCR, and each benchmark's tools."""
+def agent_section_name(benchmark: str) -> str:
+    """The config block of an agent benchmark: web for web, tool_agents for the others."""
+    return "web" if benchmark == "web" else "tool_agents"
+
+
+def agent_section(c: dict[str, Any], benchmark: str) -> dict[str, Any]:
+    return section(c, agent_section_name(benchmark))
+
+
+def agent_benchmarks(c: dict[str, Any], sec: str) -> list[str]:
+    """The benchmarks of an agent block: tool_agents.benchmarks, or ["web"]."""
+    return ["web"] if sec == "web" else list(section(c, sec).get("benchmarks") or {})
+
+
+# What every web episode depends on (browsers, hang_s: how many and how long, not what)
+WEB_EPISODE_KEYS = ("sites", "site_seed", "observation", "max_obs_chars", "prompt_style", "max_turns",
+                    "max_new_tokens", "history_turns", "sampling", "crash_retries", "judge", "episodes_in_flight")
+
+
+def tool_episode_settings(c: dict[str, Any], benchmark: str | None = None) -> dict[str, Any]:
+    """What every episode of an agent benchmark depends on. Tool benchmarks (the default):
+    turn and token budgets, sampling, sandbox, OCR, and each benchmark's tools; web: the
+    sites, observation, prompt, budgets, sampling, retries and judge."""
+    if benchmark == "web":
+        w = section(c, "web")
+        return {k: w[k] for k in WEB_EPISODE_KEYS if k in w}
     ta = section(c, "tool_agents")
     keys = ("max_turns", "max_tool_calls", "max_new_tokens", "history_turns", "sampling", "sandbox", "ocr")
     return {k: ta[k] for k in keys if k in ta} | {
@@ -347,7 +415,9 @@ def tool_episode_settings(c: dict[str, Any]) -> dict[str, Any]:
 
 
 def tool_es_settings(c: dict[str, Any], benchmark: str) -> dict[str, Any]:
-    """tool_agents.es with the benchmark's own overrides (tool_agents.benchmarks.B.es)."""
+    """tool_agents.es with the benchmark's own overrides (tool_agents.benchmarks.B.es); web.es."""
+    if benchmark == "web":
+        return copy.deepcopy(section(c, "web")["es"])
     ta = section(c, "tool_agents")
     return deep_merge(ta["es"], ((ta.get("benchmarks") or {}).get(benchmark) or {}).get("es") or {})
 
@@ -360,9 +430,18 @@ def tool_grpo_settings(c: dict[str, Any]) -> dict[str, Any]:
     return deep_merge(rl_settings(c), over | {"grpo": group})
 
 
+def benchmark_block(c: dict[str, Any], benchmark: str) -> dict[str, Any]:
+    """A benchmark's tools and task sets: tool_agents.benchmarks.B, or for web
+    {tools: [], train: web.train, eval: web.eval}."""
+    if benchmark == "web":
+        w = section(c, "web")
+        return {"tools": [], "train": w.get("train"), "eval": w.get("eval") or {}} if w else {}
+    return (section(c, "tool_agents").get("benchmarks") or {}).get(benchmark) or {}
+
+
 def tool_data_spec(c: dict[str, Any], benchmark: str, data_set: str) -> Any:
-    """tool_agents.benchmarks.B.train, or .eval[SET]."""
-    b = (section(c, "tool_agents").get("benchmarks") or {}).get(benchmark) or {}
+    """tool_agents.benchmarks.B.train, or .eval[SET] (web.train, web.eval[SET])."""
+    b = benchmark_block(c, benchmark)
     return b.get("train") if data_set == "train" else (b.get("eval") or {}).get(data_set)
 
 

@@ -228,3 +228,28 @@ def tool_evaluations():
 
 # table columns, in config order: [evaluation set, its label (DAPO, AIME, DocVQA)]
 TOOL_COLUMNS = [[f"{b}_{d}", TA["benchmarks"][b]["eval"][d].get("label", d)] for b, d in tool_eval_sets()]
+
+
+# ---- Web agents (config `web`): WebArena-Lite in a real browser ----
+WEB = config.get("web") or {}
+# web.model (a tiny one, or a hub model of its own) is made by build_web_model; without it the
+# web agent uses `model`.
+WEB_MODEL_BUILT = bool(WEB.get("model"))
+WEB_MODEL = WEB["model"]["name"] if WEB_MODEL_BUILT else MODEL
+WEB_MODEL_DIR = f"{R}/models/{WEB_MODEL}"
+WEB_SEEDS = WEB.get("seeds", [])
+WEB_METHODS = [m for m in WEB.get("methods", []) if m != "no_skill"]
+WEB_SETS = list(WEB.get("eval", {}))
+WEB_REPORTED_SET = WEB_SETS[0] if WEB_SETS else None  # the table reports the first evaluation set
+WEB_SET_LABEL = WEB["eval"][WEB_REPORTED_SET].get("label", WEB_REPORTED_SET) if WEB_SETS else ""
+
+wildcard_constraints:
+    web_method="|".join(WEB_METHODS) or "none",
+    web_set="|".join(map(re.escape, ["train", *WEB_SETS])),
+
+
+def web_evaluations():
+    """Every web evaluation the table reads: the base, then each trained run, per set."""
+    base = [f"{R}/eval/{WEB_MODEL}/web/no_skill/{d}.json" for d in WEB_SETS if "no_skill" in WEB.get("methods", [])]
+    runs = [f"{R}/eval/{WEB_MODEL}/web/{m}/{d}_s{s}.json" for m in WEB_METHODS for d in WEB_SETS for s in WEB_SEEDS]
+    return base + runs

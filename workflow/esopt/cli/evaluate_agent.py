@@ -1,8 +1,9 @@
-"""esopt evaluate-agent: Mean@k of a tool agent on an evaluation set.
+"""esopt evaluate-agent: Mean@k of an agent (a tool agent, or the web agent) on an evaluation set.
 
-Every task is answered k times (tool_agents.evaluate.samples, sampled decoding with k
-seeds); Mean@k is the mean score over all k x tasks episodes (success for math, ANLS
-for DocVQA). --skill adds a Trace2Skill document to the system prompt.
+Every task is answered k times (tool_agents.evaluate.samples or web.evaluate.samples,
+sampled decoding with k seeds); Mean@k is the mean score over all k x tasks episodes
+(success for math and web, ANLS for DocVQA). --skill adds a Trace2Skill document to the
+system prompt. Web summaries also give the success rate by site (`by_site`).
 FILE.json holds Mean@k, each sample's score and how the episodes went;
 FILE.trajectories.jsonl every episode; FILE.provenance.json the record.
 """
@@ -25,22 +26,30 @@ log = logging.getLogger("esopt.evaluate_agent")
 def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config, args.threads)
     from esopt.agent.rollout import write_trajectories
-    from esopt.eval.tool_episodes import ToolEpisodeSpec, load_tasks, make_tools, run_tool_episodes, summarize_tool
+    from esopt.config import agent_section, agent_section_name
+    from esopt.eval.tool_episodes import (
+        ToolEpisodeSpec,
+        by_site,
+        episode_envs,
+        load_tasks,
+        make_tools,
+        run_tool_episodes,
+        summarize_tool,
+    )
     from esopt.models.load import load_model_and_tokenizer
     from esopt.seeding import derive_seed
 
     out = Path(args.out)
     if out.suffix != ".json":
         raise ValueError(f"--out {out}: expected a .json file")
-    if "tool_agents" not in cfg:
-        raise ValueError(f"{args.config} has no tool_agents block")
-    ev = cfg["tool_agents"]["evaluate"]
+    if agent_section_name(args.benchmark) not in cfg:
+        raise ValueError(f"{args.config} has no {agent_section_name(args.benchmark)} block")
+    ev = agent_section(cfg, args.benchmark)["evaluate"]
     seed = ev["seed"] if args.seed is None else args.seed
     skill = Path(args.skill).read_text() if args.skill else ""
     model, tok = load_model_and_tokenizer(args.model)
     tasks = load_tasks(args.data, args.benchmark)
     tools = make_tools(cfg, args.benchmark, args.data)
-    spec = ToolEpisodeSpec.from_config(cfg, args.benchmark, ev["decoding"], batch_size=ev["batch_size"])
     inputs = [args.config, args.model, args.data] + ([args.skill] if args.skill else [])
     runs = [Path(args.model).parent] + ([Path(args.skill).parent] if args.skill else [])
     for run in dict.fromkeys(runs):  # the training run that made the model or the skill, once, in order
@@ -49,23 +58,29 @@ def main_fn(args: argparse.Namespace) -> int:
     prov = Provenance("evaluate-agent", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                       seeds={"evaluate": seed}, inputs=inputs)
     samples, every = [], []
-    for k in range(ev["samples"]):
-        trajs = run_tool_episodes(model, tok, spec, tools, tasks, seed=derive_seed("mean-at-k", seed, k), skill=skill)
-        samples.append(summarize_tool(trajs))
-        every += trajs
-        log.info("sample %d/%d: score %.3f", k + 1, ev["samples"], samples[-1]["score"])
+    with episode_envs(cfg, args.benchmark, tools) as make_env:
+        spec = ToolEpisodeSpec.from_config(cfg, args.benchmark, ev["decoding"], batch_size=ev["batch_size"],
+                                           make_env=make_env)
+        for k in range(ev["samples"]):
+            trajs = run_tool_episodes(model, tok, spec, tools, tasks, seed=derive_seed("mean-at-k", seed, k), skill=skill)
+            samples.append(summarize_tool(trajs))
+            every += trajs
+            log.info("sample %d/%d: score %.3f", k + 1, ev["samples"], samples[-1]["score"])
     scores = [s["score"] for s in samples]
     summary = {"benchmark": args.benchmark, "model": str(args.model), "skill": args.skill, "meta": parse_wildcards(args.meta),
                "k": ev["samples"], "mean_at_k": statistics.fmean(scores),
                "sample_std": statistics.pstdev(scores), "scores": scores, "tasks": len(tasks),
                "decoding": ev["decoding"], "seed": seed, **{f"all_{k}": v for k, v in summarize_tool(every).items()}}
+    if args.benchmark == "web":
+        summary["by_site"] = by_site(tasks, every)
     traj_path = out.with_suffix(".trajectories.jsonl")
     write_trajectories(traj_path, every)
     write_json_atomic(out, summary)
-    from esopt.eval.tool_episodes import sandbox_provenance
+    from esopt.eval.tool_episodes import sandbox_provenance, web_provenance
 
     prov.write(out.with_suffix(".provenance.json"), outputs=[out, traj_path],
-               extra={"model_device": str(model.device), **sandbox_provenance(cfg, args.benchmark)})
+               extra={"model_device": str(model.device), **sandbox_provenance(cfg, args.benchmark),
+                      **web_provenance(cfg, args.benchmark)})
     log.info("%s Mean@%d %.3f (samples %s)", args.benchmark, ev["samples"], summary["mean_at_k"],
              ", ".join(f"{x:.3f}" for x in scores))
     return 0
@@ -79,7 +94,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="model directory (base or DIR/model of a training run)")
     p.add_argument("--skill", default=None, help="skill document for the system prompt (DIR/skill.md of a Trace2Skill run)")
     p.add_argument("--data", required=True, help="evaluation set directory (from esopt prepare-data)")
-    p.add_argument("--seed", type=int, default=None, help="evaluation seed (default: tool_agents.evaluate.seed)")
+    p.add_argument("--seed", type=int, default=None, help="evaluation seed (default: the block's evaluate.seed)")
     p.add_argument("--out", required=True, help="summary FILE.json")
     p.add_argument("--meta", default="{}", help="JSON copied into the summary (method, seed, eval set)")
     add_threads_arg(p)

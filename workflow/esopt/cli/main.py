@@ -8,7 +8,7 @@ import sys
 
 COMMANDS = (
     "build-model", "train-es", "train-rl", "evaluate", "check-models", "memory",
-    "prepare-data", "build-tool-model", "train-agent", "evaluate-agent",
+    "prepare-data", "build-tool-model", "build-web-model", "train-agent", "evaluate-agent",
     "build-ahd-model", "search-heuristics",
     "replay", "audit",
 )

@@ -1,6 +1,7 @@
-"""esopt prepare-data: one task set of a tool benchmark, as DIR/tasks.jsonl (+ images).
+"""esopt prepare-data: one task set of an agent benchmark, as DIR/tasks.jsonl (+ images).
 
-The set is tool_agents.benchmarks.B.train or .eval.NAME of the config:
+The set is tool_agents.benchmarks.B.train or .eval.NAME (web: web.train or web.eval.NAME)
+of the config:
   source: generated     math: arithmetic / word problems (level basic | hard, or a
                         list of levels mixed in equal parts);
                         docvqa: document images rendered here (forms, receipts, tables)
@@ -10,6 +11,12 @@ The set is tool_agents.benchmarks.B.train or .eval.NAME of the config:
                         generated sets are (a quarter held out)
   source: docvqa        the real DocVQA: `path` to the official annotation JSON or a
                         parquet file, or the hub (`hub_id`)
+  source: generated     web: tasks from the templates over the local sites (web.site_seed),
+                        `per_template` at most of each (WebArena's task format)
+  source: webarena_lite | webarena_train
+                        web: the 165 WebArena-Lite tasks / the WebArena tasks the authors
+                        trained on, from `path` (test.raw.json or config_files/); site
+                        placeholders are kept and filled in per episode
 Generated training and evaluation sets are disjoint by construction (split train/test).
 DocVQA sets also get DIR/ocr_cache/: the OCR tool's reading of every image, made once here.
 DIR/provenance.json records the source, its file hashes and the task count.
@@ -31,9 +38,12 @@ log = logging.getLogger("esopt.prepare_data")
 
 
 def set_spec(cfg: dict, benchmark: str, name: str) -> dict[str, Any]:
-    b = (cfg.get("tool_agents") or {}).get("benchmarks", {}).get(benchmark)
-    if b is None:
-        raise ValueError(f"the config has no tool_agents.benchmarks.{benchmark} block")
+    from esopt.config import benchmark_block
+
+    b = benchmark_block(cfg, benchmark)
+    if not b:
+        where = "web" if benchmark == "web" else f"tool_agents.benchmarks.{benchmark}"
+        raise ValueError(f"the config has no {where} block")
     if name == "train":
         return b["train"]
     if name not in b.get("eval", {}):
@@ -41,7 +51,8 @@ def set_spec(cfg: dict, benchmark: str, name: str) -> dict[str, Any]:
     return b["eval"][name]
 
 
-def build_tasks(benchmark: str, name: str, spec: dict[str, Any], out: Path) -> tuple[list[Any], list[str]]:
+def build_tasks(benchmark: str, name: str, spec: dict[str, Any], out: Path,
+                site_seed: int = 0) -> tuple[list[Any], list[str]]:
     """(tasks, local input files) of one set; images (DocVQA) land under out/."""
     src, n, seed = spec["source"], spec.get("n"), spec.get("seed", 0)
     split = "train" if name == "train" else "test"
@@ -69,6 +80,17 @@ def build_tasks(benchmark: str, name: str, spec: dict[str, Any], out: Path) -> t
         if src == "docvqa":
             return d.load_docvqa(path or spec.get("hub_id"), split=spec.get("split", "validation"), limit=n,
                                  image_dir=out / "images"), inputs
+    elif benchmark == "web":
+        if src == "generated":
+            from esopt.envs.web.templates import generate_tasks
+
+            tasks = generate_tasks(site_seed, split="train" if name == "train" else "eval",
+                                   per_template=spec.get("per_template"))
+            return tasks[:n], inputs
+        if src in ("webarena_lite", "webarena_train"):
+            from esopt.envs.web.webarena import load_suite
+
+            return load_suite(path, subset=src.removeprefix("webarena_"))[:n], inputs
     raise ValueError(f"{benchmark} set {name!r}: source {src!r} is not one this benchmark knows")
 
 
@@ -81,11 +103,12 @@ def main_fn(args: argparse.Namespace) -> int:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    tasks, inputs = build_tasks(args.benchmark, args.set, spec, out)
+    tasks, inputs = build_tasks(args.benchmark, args.set, spec, out, site_seed=(cfg.get("web") or {}).get("site_seed", 0))
     if not tasks:
         raise ValueError(f"{args.benchmark} set {args.set!r} has no tasks")
     prov = Provenance("prepare-data", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
-                      seeds={"data": spec.get("seed", 0)}, inputs=[args.config, *inputs])
+                      seeds={"data": (cfg["web"].get("site_seed", 0) if args.benchmark == "web" else spec.get("seed", 0))},
+                      inputs=[args.config, *inputs])
     tasks_file = write_tasks(out, tasks)
     if args.benchmark == "docvqa":  # read every image once, here (see tool_episodes.make_tools)
         from tqdm.auto import tqdm
@@ -106,7 +129,7 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True)
     p.add_argument("--benchmark", required=True, choices=BENCHMARKS)
-    p.add_argument("--set", required=True, help="train, or a name of tool_agents.benchmarks.B.eval")
+    p.add_argument("--set", required=True, help="train, or a name of tool_agents.benchmarks.B.eval (web.eval)")
     p.add_argument("--out", required=True, help="data directory to create (results/data/B/SET)")
     add_threads_arg(p)
     add_provenance_args(p)

@@ -1,5 +1,5 @@
-"""esopt train-agent: a tool agent (ReAct Math, DocVQA) trained by one method and seed
-(esopt.eval.tool_training).
+"""esopt train-agent: an agent (ReAct Math, DocVQA: tool_agents; web: the web block)
+trained by one method and seed (esopt.eval.tool_training).
 
 --method esopt              Agentic ESOpt on the weights (tool_agents.es)
 --method esopt_trace2skill  co-evolution: each generation's rollouts (all members, the
@@ -38,8 +38,10 @@ log = logging.getLogger("esopt.train_agent")
 
 def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config, args.threads)
-    if "tool_agents" not in cfg:
-        raise ValueError(f"{args.config} has no tool_agents block")
+    from esopt.config import agent_section_name
+
+    if agent_section_name(args.benchmark) not in cfg:
+        raise ValueError(f"{args.config} has no {agent_section_name(args.benchmark)} block")
     from esopt.eval.tool_training import METHODS, ToolRun, train_tool_agent
 
     if args.method not in METHODS:
@@ -62,9 +64,9 @@ def main_fn(args: argparse.Namespace) -> int:
         run.write_jsonl("skill_history.jsonl", result.prompt.lines)
     run.write_jsonl("metrics.jsonl", result.metrics)
     run.publish_trajectories()
-    from esopt.eval.tool_episodes import sandbox_provenance
+    from esopt.eval.tool_episodes import sandbox_provenance, web_provenance
 
-    run.finish(prov, extra={**result.extra, **sandbox_provenance(cfg, args.benchmark)})
+    run.finish(prov, extra={**result.extra, **sandbox_provenance(cfg, args.benchmark), **web_provenance(cfg, args.benchmark)})
     log.info("done: %s", run.out)
     return 0
 

@@ -13,6 +13,8 @@ What is measured depends on what the model is the base of (`MEASURES`):
   by H* (results/eval/MODEL/base/hH.json);
 - tools (tool_agents.model): Mean@k of `esopt evaluate-agent` with no skill, by
   evaluation set BENCHMARK/SET (results/eval/MODEL/tools/no_skill/B_SET.json);
+- web (web.model): success of `esopt evaluate-agent --benchmark web` with no skill, by
+  evaluation set web/SET (results/eval/MODEL/web/no_skill/SET.json);
 - ahd (ahd.model): the valid rate of the base writer's samples in the Sample searches
   without ES (the fraction of its heuristics that pass the sandbox and the task's
   checks), by task, averaged over the repetitions
@@ -49,6 +51,9 @@ MEASURES: dict[str, Measure] = {
     "tools": Measure("mean_at_k", "set", lambda s: f"{s['benchmark']}/{s['meta']['dataset']}",
                      lambda s: s["k"] * s["tasks"] if "k" in s and "tasks" in s else None, "set {}",
                      lambda s: s["meta"].get("method") == "no_skill" and not s.get("skill")),
+    "web": Measure("mean_at_k", "set", lambda s: f"web/{s['meta']['dataset']}",
+                   lambda s: s["k"] * s["tasks"] if "k" in s and "tasks" in s else None, "set {}",
+                   lambda s: s["meta"].get("method") == "no_skill" and not s.get("skill")),
     "ahd": Measure("valid_rate", "task", lambda s: s["task"], lambda s: s.get("samples"), "task {}",
                    lambda s: s.get("search") == "sample" and not s.get("es")),
 }

@@ -1,27 +1,31 @@
-"""Tool-agent episodes (ReAct Math with Python, DocVQA with OCR): tasks, tools, rollouts, Mean@k.
+"""Agent episodes (ReAct Math with Python, DocVQA with OCR, web tasks in a browser): tasks,
+tools, environments, rollouts, Mean@k.
 
 A benchmark's tasks live in a data directory written by `esopt prepare-data`
-(tasks.jsonl, plus the document images for DocVQA). An episode is a ReAct
+(tasks.jsonl, plus the document images for DocVQA). A tool episode is a ReAct
 conversation (esopt.agent.react) over the whole history: question, tool calls and
-their outputs, final answer. The score of an episode is its reward: 1/0 for a
-correct math answer, ANLS for DocVQA.
+their outputs, final answer; its score is its reward: 1/0 for a correct math answer,
+ANLS for DocVQA. A web episode is one task in a real browser (esopt.envs.web) on a
+runtime the whole job shares (`episode_envs`), scored 1/0 by WebArena's evaluators.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import random
 import statistics
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from esopt.agent.react import make_react_env, tool_instructions
 from esopt.agent.rollout import Sampling, Trajectory, rollout
 from esopt.agent.tools import Tool
+from esopt.config import agent_section, benchmark_block
 from esopt.envs.benchmarks import check, instructions, task_class
 from esopt.io import write_text_atomic
 
@@ -73,12 +77,12 @@ OCR_CACHE = "ocr_cache"
 
 
 def make_tools(cfg: dict[str, Any], benchmark: str, data_dir: str | os.PathLike | None = None) -> list[Tool]:
-    """The tools the config gives a benchmark (tool_agents.benchmarks.B.tools). OCR reads
-    its results from DATA_DIR/ocr_cache, which `esopt prepare-data` fills for every image
-    (OCR is deterministic: each image is read once per data set, not once per job)."""
-    ta = cfg["tool_agents"]
+    """The tools the config gives a benchmark (tool_agents.benchmarks.B.tools; web has none).
+    OCR reads its results from DATA_DIR/ocr_cache, which `esopt prepare-data` fills for
+    every image (OCR is deterministic: each image is read once per data set, not once per job)."""
+    ta = agent_section(cfg, benchmark)
     tools: list[Tool] = []
-    for name in ta["benchmarks"][benchmark]["tools"]:
+    for name in benchmark_block(cfg, benchmark)["tools"]:
         if name == "python":
             from esopt.agent.tools.python_sandbox import PythonSandbox
 
@@ -98,25 +102,67 @@ def make_tools(cfg: dict[str, Any], benchmark: str, data_dir: str | os.PathLike 
 def sandbox_provenance(cfg: dict[str, Any], benchmark: str) -> dict[str, Any]:
     """{"sandbox": the layers active here, ...} for a provenance record if the benchmark
     uses the Python sandbox, else {}."""
-    ta = cfg["tool_agents"]
-    if "python" not in ta["benchmarks"][benchmark]["tools"]:
+    ta = agent_section(cfg, benchmark)
+    if "python" not in benchmark_block(cfg, benchmark)["tools"]:
         return {}
     from esopt.agent.tools.python_sandbox import PythonSandbox
 
     return {"sandbox": PythonSandbox(**ta.get("sandbox", {})).provenance()}
 
 
-def system_prompt(benchmark: str, tools: Sequence[Tool], skill: str = "") -> str:
-    """Task instructions, tool documentation, then the skill document (if any)."""
-    parts = [instructions(benchmark), tool_instructions(tools)]
+def web_provenance(cfg: dict[str, Any], benchmark: str) -> dict[str, Any]:
+    """{"web": the browser's and libraries' versions and the sites} for a web job's
+    record, else {} (the task files are the job's inputs, hashed in the record)."""
+    if benchmark != "web":
+        return {}
+    from esopt.envs.web.deps import versions
+
+    w = cfg["web"]
+    return {"web": {**versions(), "sites": w.get("sites", "local"), "site_seed": w.get("site_seed", 0),
+                    "observation": w.get("observation", "axtree")}}
+
+
+def system_prompt(benchmark: str, tools: Sequence[Tool], skill: str = "", cfg: dict[str, Any] | None = None) -> str:
+    """Task instructions (web's in `cfg`'s prompt style), tool documentation (if any tools),
+    then the skill document (if any)."""
+    parts = [instructions(benchmark, cfg)] + ([tool_instructions(tools)] if tools else [])
     if skill.strip():
         parts.append(skill.strip())
     return "\n\n".join(parts)
 
 
+@contextlib.contextmanager
+def episode_envs(cfg: dict[str, Any], benchmark: str, tools: Sequence[Tool]) -> Iterator[Callable[[], Any]]:
+    """A factory of fresh environments for the episodes of one job. Tool benchmarks: a
+    ReAct environment over the tools. Web: environments on one WebRuntime (the sites and
+    `web.browsers` browsers) opened here for the whole job and closed on the way out, so
+    no browser or site server outlives it; real sites are reset first (`web.reset`) and
+    must answer (esopt.envs.web.webarena.check_sites)."""
+    if benchmark != "web":
+        max_tool_calls = agent_section(cfg, benchmark).get("max_tool_calls")
+        yield lambda: make_react_env(benchmark, tools, max_tool_calls)
+        return
+    from esopt.envs.web import WebEnv, WebRuntime
+
+    w = cfg["web"]
+    sites: Any = "local"
+    if w.get("sites", "local") != "local":
+        from esopt.envs.web import webarena
+
+        if w.get("reset"):  # then wait for every site to answer again (GitLab takes minutes)
+            webarena.reset_sites(w["reset"], urls=w["sites"])
+        sites = webarena.make_fixed_sites(w["sites"])  # each site must answer, or one error names them
+    with WebRuntime(sites, seed=w.get("site_seed", 0), browsers=w.get("browsers", 1), hang_s=w.get("hang_s", 30)) as rt:
+        yield lambda: WebEnv(rt, max_turns=w["max_turns"], observation=w.get("observation", "axtree"),
+                             max_obs_chars=w.get("max_obs_chars", 4000), judge=w.get("judge"),
+                             crash_retries=w.get("crash_retries", 1), prompt_style=w.get("prompt_style", "full"))
+
+
 @dataclass(frozen=True)
 class ToolEpisodeSpec:
-    """Everything about a batch of tool-agent episodes except the model, tasks and seed."""
+    """Everything about a batch of agent episodes except the model, tasks and seed.
+    `make_env` comes from `episode_envs` (default: the tool benchmarks' ReAct environment);
+    `in_flight` bounds the episodes run at once (web: browser contexts; None: all)."""
 
     benchmark: str
     max_turns: int
@@ -124,26 +170,58 @@ class ToolEpisodeSpec:
     history_turns: int | None
     sampling: Sampling
     batch_size: int | None = None
+    cfg: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    make_env: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
+    in_flight: int | None = None
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any], benchmark: str, decoding: str,
-                    batch_size: int | None = None) -> ToolEpisodeSpec:
+    def from_config(cls, cfg: dict[str, Any], benchmark: str, decoding: str, batch_size: int | None = None,
+                    make_env: Callable[[], Any] | None = None) -> ToolEpisodeSpec:
         check(benchmark)
-        ta = cfg["tool_agents"]
+        ta = agent_section(cfg, benchmark)
         s = ta["sampling"]
         sampling = Sampling.from_profile(s, ta["max_new_tokens"], do_sample=decoding == "sample")
         return cls(benchmark=benchmark, max_turns=ta["max_turns"], max_tool_calls=ta.get("max_tool_calls"),
-                   history_turns=ta.get("history_turns"), sampling=sampling, batch_size=batch_size)
+                   history_turns=ta.get("history_turns"), sampling=sampling, batch_size=batch_size, cfg=cfg,
+                   make_env=make_env, in_flight=ta.get("episodes_in_flight"))
+
+    def env_factory(self, tools: Sequence[Tool]) -> Callable[[], Any]:
+        if self.make_env is not None:
+            return self.make_env
+        if self.benchmark == "web":
+            raise ValueError("web episodes need the environments of esopt.eval.tool_episodes.episode_envs")
+        return lambda: make_react_env(self.benchmark, tools, self.max_tool_calls)
 
 
 def run_tool_episodes(model, tokenizer, spec: ToolEpisodeSpec, tools: Sequence[Tool], tasks: Sequence[Any],
                       seed: int, skill: str = "", counters: dict[str, int] | None = None) -> list[Trajectory]:
-    """One ReAct episode per task with the model as it is now; `seed` fixes sampling."""
-    return rollout(
-        model, tokenizer, lambda: make_react_env(spec.benchmark, tools, spec.max_tool_calls), tasks,
-        system=system_prompt(spec.benchmark, tools, skill), sampling=spec.sampling, seed=seed,
-        max_turns=spec.max_turns, history_turns=spec.history_turns, batch_size=spec.batch_size, counters=counters,
-    )
+    """One episode per task with the model as it is now; `seed` fixes sampling. With
+    `spec.in_flight`, tasks run in consecutive chunks of that many (chunk c with seed
+    derive_seed(seed, "chunk", c) from the second chunk on)."""
+    from esopt.seeding import derive_seed
+
+    step = spec.in_flight or max(len(tasks), 1)
+    out: list[Trajectory] = []
+    for c, lo in enumerate(range(0, len(tasks), step)):
+        out += rollout(
+            model, tokenizer, spec.env_factory(tools), tasks[lo:lo + step],
+            system=system_prompt(spec.benchmark, tools, skill, spec.cfg), sampling=spec.sampling,
+            seed=seed if c == 0 else derive_seed(seed, "chunk", c), max_turns=spec.max_turns,
+            history_turns=spec.history_turns, batch_size=spec.batch_size, counters=counters,
+        )
+    return out
+
+
+def by_site(tasks: Sequence[Any], trajs: Sequence[Trajectory]) -> dict[str, dict[str, float]]:
+    """Web: {site: {episodes, success}} over the episodes of tasks on that site (a task on
+    several sites counts for each; "all" = every episode)."""
+    sites = {t.id: (t.sites or ["(none)"]) for t in tasks}
+    groups: dict[str, list[bool]] = {}
+    for tr in trajs:
+        ok = bool(tr.info.get("success"))
+        for s in [*sites.get(tr.task_id, ["(none)"]), "all"]:
+            groups.setdefault(s, []).append(ok)
+    return {s: {"episodes": len(v), "success": statistics.fmean(v)} for s, v in sorted(groups.items())}
 
 
 def summarize_tool(trajs: Sequence[Trajectory]) -> dict[str, Any]:

@@ -49,7 +49,7 @@ class ToolTraining:
     tokenizer: Any
     metrics: list[dict[str, Any]]
     history: Any = None
-    prompt: "PromptState | None" = None
+    prompt: PromptState | None = None
     checkpoint: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -59,11 +59,12 @@ def make_prompt_optimizer(cfg: dict, benchmark: str, seed: int, model_dir: str):
     """Trace2Skill with the configured analyst. A policy analyst is a frozen copy of
     the base model, so its proposals do not depend on where ES has moved the weights
     (and a resumed run proposes exactly what an uninterrupted one did)."""
+    from esopt.config import agent_section
     from esopt.envs.benchmarks import instructions
     from esopt.prompt.analyst import make_analyst
     from esopt.prompt.trace2skill import Trace2Skill
 
-    t = cfg["tool_agents"]["trace2skill"]
+    t = agent_section(cfg, benchmark)["trace2skill"]
     spec = t["analyst"]
     model = tok = None
     if spec.get("kind", "policy") == "policy":
@@ -73,7 +74,7 @@ def make_prompt_optimizer(cfg: dict, benchmark: str, seed: int, model_dir: str):
     analyst = make_analyst(spec, model=model, tokenizer=tok)
     return Trace2Skill(analyst, success_traces=t["success_traces"], failure_traces=t["failure_traces"],
                        max_edits_per_trace=t["max_edits_per_trace"], max_items=t["max_items"], seed=seed,
-                       task_description=instructions(benchmark))
+                       task_description=instructions(benchmark, cfg))
 
 
 class PromptState:
@@ -191,12 +192,12 @@ def run_trace2skill(run: ToolRun, cfg, model, tok, tools, train, spec, traj_dir:
     from tqdm.auto import tqdm
 
     from esopt.agent.rollout import kept_steps, write_trajectories
-    from esopt.config import tool_es_settings
+    from esopt.config import agent_section, tool_es_settings
     from esopt.es.trainer import task_seed
     from esopt.eval.tool_episodes import run_tool_episodes, sample_batch, summarize_tool
 
     generations = tool_es_settings(cfg, run.benchmark)["generations"]
-    n = cfg["tool_agents"]["trace2skill"]["rollouts_per_generation"]
+    n = agent_section(cfg, run.benchmark)["trace2skill"]["rollouts_per_generation"]
     keep = kept_steps(generations)
     same_batches = SimpleNamespace(seed=run.seed)  # the task batches an ES run of this seed sees
     done = prompt.load()
@@ -263,11 +264,14 @@ def train_tool_agent(run: ToolRun, cfg: dict, model_dir: str, data_dir: str, res
 
     if run.method not in METHODS:
         raise ValueError(f"--method {run.method!r}: expected one of {METHODS}")
-    ta = cfg["tool_agents"]
+    from esopt.config import agent_section
+    from esopt.eval.tool_episodes import episode_envs
+
+    ta = agent_section(cfg, run.benchmark)
+    if run.method == "grpo" and run.benchmark == "web":
+        raise ValueError("--method grpo: the web benchmark runs esopt, trace2skill and esopt_trace2skill")
     train = load_tasks(data_dir, run.benchmark)
     tools = make_tools(cfg, run.benchmark, data_dir)
-    spec = ToolEpisodeSpec.from_config(cfg, run.benchmark, ta["es"].get("member_decoding", "sample"),
-                                       ta["evaluate"].get("batch_size", 64))
     prompt = None
     if "trace2skill" in run.method:
         prompt = PromptState(make_prompt_optimizer(cfg, run.benchmark, run.seed, model_dir), resume_dir)
@@ -279,9 +283,12 @@ def train_tool_agent(run: ToolRun, cfg: dict, model_dir: str, data_dir: str, res
         return ToolTraining(model, tok, metrics, checkpoint=resume_dir / "checkpoint.pt", extra=extra)
     model, tok = load_model_and_tokenizer(model_dir)
     extra["base_weights_sha256"] = weights_sha256(model)
-    if run.method == "trace2skill":
-        metrics = run_trace2skill(run, cfg, model, tok, tools, train, spec, traj_dir, prompt)
-        return ToolTraining(None, tok, metrics, prompt=prompt, extra=extra)  # the weights did not move
-    history, metrics = run_es(run, cfg, model, tok, tools, train, spec, resume_dir, traj_dir, prompt)
+    with episode_envs(cfg, run.benchmark, tools) as make_env:
+        spec = ToolEpisodeSpec.from_config(cfg, run.benchmark, ta["es"].get("member_decoding", "sample"),
+                                           ta["evaluate"].get("batch_size", 64), make_env=make_env)
+        if run.method == "trace2skill":
+            metrics = run_trace2skill(run, cfg, model, tok, tools, train, spec, traj_dir, prompt)
+            return ToolTraining(None, tok, metrics, prompt=prompt, extra=extra)  # the weights did not move
+        history, metrics = run_es(run, cfg, model, tok, tools, train, spec, resume_dir, traj_dir, prompt)
     extra["final_weights_sha256"] = history.final["weights_sha256"]
     return ToolTraining(model, tok, metrics, history=history, prompt=prompt, extra=extra)

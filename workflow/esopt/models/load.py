@@ -141,16 +141,22 @@ def load_tokenizer(path: str | os.PathLike):
 
 
 def load_model_and_tokenizer(path: str | os.PathLike, dtype: str | None = None, device: str | None = None):
-    """from_pretrained model (eval mode) and tokenizer (left padding); device None: default_device()."""
+    """from_pretrained model (eval mode) and tokenizer (left padding); device None: default_device(),
+    or, in a process given several GPUs outside torchrun, the layers spread over all of them
+    (device_map="auto": a model too big for one GPU, e.g. the paper's 27B web agent on 4)."""
+    spread = device is None and torch.cuda.device_count() > 1 and "LOCAL_RANK" not in os.environ
     device = device or default_device()
     path = check_model_dir(path)
     tok = load_tokenizer(path)  # before the weights: the cheaper one fails first
     kwargs = {"dtype": getattr(torch, dtype)} if dtype else {"dtype": "auto"}
+    if spread:
+        kwargs["device_map"] = "auto"
     try:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except LOAD_ERRORS as e:
         raise ModelDirError(f"model directory {path}: the model does not load ({type(e).__name__}: {e})") from e
-    model = model.to(device)
+    if not spread:
+        model = model.to(device)
     model.eval()
     return model, tok
 

@@ -414,10 +414,12 @@ class DerivedChecks:
 
     @staticmethod
     def _agent_summary(rec, summary: dict[str, Any], rows: list[dict[str, Any]], res) -> tuple[str, str]:
-        from esopt.eval.tool_episodes import TASKS_FILE, summarize_tool
+        from esopt.config import agent_section
+        from esopt.eval.tool_episodes import TASKS_FILE, by_site, load_tasks, summarize_tool
 
         cfg, argv = rec["config"], rec.get("argv") or []
-        ev = cfg["tool_agents"]["evaluate"]
+        benchmark = flag_value(argv, "--benchmark")
+        ev = agent_section(cfg, benchmark or "")["evaluate"]
         k, n = ev["samples"], len(rows)
         seed = (rec.get("seeds") or {}).get("evaluate")
         bad = []
@@ -438,6 +440,8 @@ class DerivedChecks:
                 "sample_std": statistics.pstdev(scores) if scores else None, "scores": scores, "tasks": n_tasks,
                 "decoding": ev["decoding"], "seed": seed,
                 **({f"all_{key}": v for key, v in summarize_tool(trajs).items()} if trajs else {})}
+        if benchmark == "web" and tasks_file and tasks_file.is_file():
+            want["by_site"] = by_site(load_tasks(tasks_file.parent, "web"), trajs)
         bad += _dict_diff(summary, _plain(want), "the summary", "the trajectories and record give")
         if bad:
             return "fail", _listed(bad)

@@ -26,6 +26,7 @@ from typing import Any
 
 from esopt.config import (
     ES_GRID_KEYS,
+    agent_section,
     ahd_budget,
     engine_settings,
     es_settings,
@@ -56,10 +57,10 @@ class Job:
 
 
 def _train_agent(c: Config, method: str, benchmark: str) -> dict[str, Any]:
-    ta = section(c, "tool_agents")
+    ta = agent_section(c, benchmark)
     if method == "grpo":
         return {"rl": without(tool_grpo_settings(c), ("ppo",)), "episode": tool_episode_settings(c)}
-    out = {"es": without(tool_es_settings(c, benchmark), ("revert",)), "episode": tool_episode_settings(c)}
+    out = {"es": without(tool_es_settings(c, benchmark), ("revert",)), "episode": tool_episode_settings(c, benchmark)}
     if "trace2skill" in method:
         out["trace2skill"] = ta.get("trace2skill")
     return out
@@ -110,19 +111,25 @@ JOBS: dict[str, Job] = {
     "memory": Job("memory, sudoku (not horizons), rl (not methods, seeds), es (not the grid), agent",
                   lambda c: {"memory": section(c, "memory"), "sudoku": sudoku_settings(c), "rl": rl_settings(c),
                              "es": without(section(c, "es"), ES_GRID_KEYS), "agent": section(c, "agent")}),
-    "prepare-data": Job("tool_agents.benchmarks.B's set (and ocr for DocVQA)",
+    "prepare-data": Job("tool_agents.benchmarks.B's set (and ocr for DocVQA; web.SET and web.site_seed)",
                         lambda c, benchmark, set: {"set": tool_data_spec(c, benchmark, set),
                                                    "ocr": section(c, "tool_agents").get("ocr")
-                                                   if benchmark == "docvqa" else None},
+                                                   if benchmark == "docvqa" else None}
+                        | ({"site_seed": section(c, "web").get("site_seed")} if benchmark == "web" else {}),
                         {"benchmark": "--benchmark", "set": "--set"}),
     "build-tool-model": Job("tool_agents.model (not expect) and the episode settings",
                             lambda c: {"model": _without_expect(section(c, "tool_agents").get("model")),
                                        "episode": tool_episode_settings(c)}),
     "train-agent": Job("the method's tool_agents settings on the benchmark, the episode settings",
                        _train_agent, {"method": "--method", "benchmark": "--benchmark"}),
-    "evaluate-agent": Job("tool_agents.evaluate and the episode settings",
-                          lambda c: {"evaluate": section(c, "tool_agents").get("evaluate"),
-                                     "episode": tool_episode_settings(c)}),
+    "build-web-model": Job("web.model (not expect), web.train and the web episode settings",
+                           lambda c: {"model": _without_expect(section(c, "web").get("model")),
+                                      "train": section(c, "web").get("train"),
+                                      "episode": tool_episode_settings(c, "web")}),
+    "evaluate-agent": Job("the block's evaluate and episode settings (tool_agents; web)",
+                          lambda c, benchmark=None: {"evaluate": agent_section(c, benchmark or "").get("evaluate"),
+                                                     "episode": tool_episode_settings(c, benchmark)},
+                          {"benchmark": "--benchmark"}),
     "build-ahd-model": Job("ahd.model (not expect), the task names, ahd.response, ahd.eoh.parents_e",
                            lambda c: {"model": _without_expect(section(c, "ahd").get("model")),
                                       "tasks": list(section(c, "ahd").get("tasks") or {}),

@@ -60,3 +60,24 @@ def missing() -> list[str]:
         except WebDependencyError as e:
             out.append(str(e))
     return out
+
+
+def versions() -> dict[str, str | None]:
+    """The browser's and the libraries' versions, for provenance (None: not installed)."""
+    import importlib.metadata
+    import subprocess
+
+    out: dict[str, str | None] = {}
+    for dist in ("playwright", "flask"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = None
+    try:
+        exe = chromium_executable()
+        run = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
+        out["chromium"] = run.stdout.strip() or None
+        out["chromium_path"] = exe
+    except (WebDependencyError, OSError, subprocess.SubprocessError):
+        out["chromium"] = None
+    return out

@@ -1,0 +1,173 @@
+"""The web benchmark as a pipeline stage: its config block, the jobs' settings, the
+commands (prepare-data, build-web-model, train-agent, evaluate-agent) in a real browser,
+the per-site summary and the WebArena-Lite table."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from esopt.config import ConfigError, load_config, tool_episode_settings, validate_config
+from esopt.provenance import jobs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def smoke() -> dict:
+    return yaml.safe_load((ROOT / "config/smoke.yaml").read_text())
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda w: w.update(sites={"shopping": "http://10.0.0.1:7770"}), "generated tasks run on the local sites"),
+    (lambda w: w["eval"]["lite"].update(source="webarena_lite"), "needs the real WebArena sites"),
+    (lambda w: (w.update(sites={"shopping": "http://h:7770"}), w["train"].update(source="webarena_train"),
+                w["eval"]["lite"].update(source="webarena_lite")), "needs `path`"),
+    (lambda w: w.update(judge={"kind": "openai", "model": "m"}), "web.judge of kind openai needs ['base_url']"),
+    (lambda w: w["es"].update(population=3), "antithetic pairs the members"),
+    (lambda w: w.pop("trace2skill"), "no web.trace2skill block"),
+    (lambda w: w["model"].update(expect={"web/nope": [0, 1]}), "not evaluation sets web/SET"),
+])
+def test_web_block_errors_name_the_setting(change, message):
+    raw = smoke()
+    change(raw["web"])
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        validate_config(raw, "smoke.yaml")
+
+
+def test_web_model_name_must_differ_from_the_others():
+    raw = smoke()
+    raw["web"]["model"]["name"] = raw["tool_agents"]["model"]["name"]
+    with pytest.raises(ConfigError, match="model names .* must be unique"):
+        validate_config(raw, "smoke.yaml")
+
+
+def test_web_jobs_depend_on_the_web_block_and_tool_jobs_do_not_change():
+    cfg = load_config(ROOT / "config/smoke.yaml")
+    tools = jobs.settings("evaluate-agent", cfg)
+    assert tools == jobs.settings("evaluate-agent", cfg, benchmark="math")  # the tool rules pass no benchmark
+    assert tools["evaluate"] == cfg["tool_agents"]["evaluate"] and "tools" in tools["episode"]
+    web = jobs.settings("evaluate-agent", cfg, benchmark="web")
+    assert web["evaluate"] == cfg["web"]["evaluate"]
+    assert web["episode"] == tool_episode_settings(cfg, "web")
+    assert web["episode"]["sites"] == "local" and web["episode"]["observation"] == "axtree"
+    assert "browsers" not in web["episode"]  # how many browsers changes no result
+    assert "site_seed" in jobs.settings("prepare-data", cfg, benchmark="web", set="train")
+    assert "site_seed" not in jobs.settings("prepare-data", cfg, benchmark="math", set="train")
+    train = jobs.settings("train-agent", cfg, method="esopt_trace2skill", benchmark="web")
+    assert train["es"]["population"] == cfg["web"]["es"]["population"] and train["trace2skill"] == cfg["web"]["trace2skill"]
+    # a change of web's observation reruns the web jobs only
+    other = copy.deepcopy(cfg)
+    other["web"]["max_obs_chars"] = 999
+    assert jobs.settings("evaluate-agent", other, benchmark="web") != web
+    assert jobs.settings("evaluate-agent", other) == tools
+    assert jobs.settings("train-agent", other, method="esopt", benchmark="math") == \
+        jobs.settings("train-agent", cfg, method="esopt", benchmark="math")
+
+
+def test_by_site_counts_every_site_of_a_task():
+    from esopt.agent.rollout import Trajectory
+    from esopt.envs.web import WebTask, generate_tasks
+    from esopt.eval.tool_episodes import by_site
+
+    tasks = generate_tasks(0, "eval", per_template=1)
+    shop = next(t for t in tasks if t.sites == ["shopping"])
+    forum = next(t for t in tasks if t.sites == ["reddit"])
+    both = WebTask({**shop.config, "task_id": 999, "sites": ["shopping", "reddit"]})
+    trajs = [Trajectory(shop.id, "", "", info={"success": True}), Trajectory(shop.id, "", "", info={"success": False}),
+             Trajectory(forum.id, "", "", info={"success": True}), Trajectory(both.id, "", "", info={"success": True})]
+    got = by_site([shop, forum, both], trajs)
+    assert got["all"] == {"episodes": 4, "success": 0.75}
+    assert got["shopping"] == {"episodes": 3, "success": 2 / 3}
+    assert got["reddit"] == {"episodes": 2, "success": 1.0}
+
+
+def _summary(path: Path, method: str, seed, by_site: dict) -> str:
+    meta = {"method": method, "benchmark": "web", "dataset": "lite"} | ({"seed": seed} if seed is not None else {})
+    path.write_text(json.dumps({"meta": meta, "k": 2, "by_site": {
+        s: {"episodes": 10, "success": v} for s, v in by_site.items()}}))
+    return str(path)
+
+
+def test_webarena_table_means_seeds_per_site_and_sets_the_paper_beside(tmp_path):
+    from esopt.report.webarena import load_web_evals, plot_webarena, webarena_table
+
+    paths = [_summary(tmp_path / "b.json", "no_skill", None, {"all": 0.2, "shopping": 0.1, "reddit": 0.3}),
+             _summary(tmp_path / "e0.json", "esopt", 0, {"all": 0.3, "shopping": 0.2, "reddit": 0.4}),
+             _summary(tmp_path / "e1.json", "esopt", 1, {"all": 0.5, "shopping": 0.4, "reddit": 0.6})]
+    ev = load_web_evals(paths)
+    tab = webarena_table(ev, "lite", {"no_skill": 29.47, "esopt": 36.16})
+    assert list(tab.method) == ["no_skill", "esopt"]
+    es = tab[tab.method == "esopt"].iloc[0]
+    assert es["all mean"] == pytest.approx(40.0) and es["all std"] == pytest.approx(14.142, abs=1e-3)
+    assert es["all"] == "40.0 ± 14.1" and es["seeds"] == 2
+    assert es["Δ all"] == pytest.approx(20.0)
+    assert es["paper"] == 36.16 and es["paper Δ"] == pytest.approx(36.16 - 29.47)
+    assert tab[tab.method == "no_skill"].iloc[0]["shopping"] == "10.0"
+    plot_webarena(tab, tmp_path / "fig.png", title="t")
+    assert (tmp_path / "fig.png").stat().st_size > 1000
+    with pytest.raises(ValueError, match="two evaluations of the same run"):
+        load_web_evals(paths + [_summary(tmp_path / "e1b.json", "esopt", 1, {"all": 0.1})])
+
+
+# ---------------------------------------------------------------- the commands, in a real browser
+def esopt(*args, cwd):
+    res = subprocess.run([sys.executable, "-m", "esopt.cli.main", *map(str, args)], cwd=cwd, capture_output=True,
+                         text=True)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-4000:]
+    return res
+
+
+@pytest.fixture(scope="module")
+def web_run(tmp_path_factory):
+    """The smoke web stage by hand: data, a 40-step web model, a base evaluation and an
+    ES run of one generation."""
+    from tests.conftest import require_web
+
+    require_web()
+    wd = tmp_path_factory.mktemp("web")
+    raw = smoke()
+    raw["web"]["model"]["warmstart"].update(tasks=4, steps=40)
+    raw["web"]["eval"]["lite"].update(n=3)
+    raw["web"]["es"].update(generations=1)
+    cfg = wd / "web.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    esopt("prepare-data", "--config", cfg, "--benchmark", "web", "--set", "train", "--out", "data/train", cwd=wd)
+    esopt("prepare-data", "--config", cfg, "--benchmark", "web", "--set", "lite", "--out", "data/lite", cwd=wd)
+    esopt("build-web-model", "--config", cfg, "--data", "data/train", "--out", "models/web", cwd=wd)
+    meta = json.dumps({"method": "no_skill", "benchmark": "web", "dataset": "lite"})
+    esopt("evaluate-agent", "--config", cfg, "--benchmark", "web", "--model", "models/web", "--data", "data/lite",
+          "--out", "eval/base.json", "--meta", meta, cwd=wd)
+    esopt("train-agent", "--config", cfg, "--method", "esopt_trace2skill", "--benchmark", "web", "--seed", 0,
+          "--model", "models/web", "--data", "data/train", "--out", "train/e2s", cwd=wd)
+    return wd
+
+
+def test_web_commands_record_the_browser_and_pass_the_audit(web_run):
+    wd = web_run
+    tasks = [json.loads(x) for x in (wd / "data/train/tasks.jsonl").read_text().splitlines()]
+    assert len(tasks) == 21 and all(t["config"]["split"] == "train" for t in tasks)  # one per template
+    model_rec = json.loads((wd / "models/web/provenance.json").read_text())
+    assert model_rec["model"]["demonstration_turns"] > 4  # several turns per demonstrated task
+    summary = json.loads((wd / "eval/base.json").read_text())
+    assert summary["tasks"] == 3 and summary["by_site"]["all"]["episodes"] == 3
+    rows = [json.loads(x) for x in (wd / "eval/base.trajectories.jsonl").read_text().splitlines()]
+    assert all(r["first_observation"].startswith("Objective: ") for r in rows)
+    assert all(r["info"]["ended_by"] in ("stop", "turns") and r["info"]["failure"] is None for r in rows), \
+        [r["info"] for r in rows]
+    rec = json.loads((wd / "eval/base.provenance.json").read_text())
+    assert rec["web"]["chromium"].startswith("Chromium") and rec["web"]["playwright"] and rec["web"]["sites"] == "local"
+    hist = json.loads((wd / "train/e2s/history.json").read_text())
+    assert len(hist["generations"]) == 1 and hist["run"]["benchmark"] == "web"
+    assert (wd / "train/e2s/skill.md").exists()
+    res = subprocess.run([sys.executable, "-m", "esopt.cli.main", "audit", ".", "--replay",
+                          "always", "--json", "audit.json"], cwd=wd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    checks = json.loads((wd / "audit.json").read_text())["checks"]
+    assert not [c for c in checks if c["status"] == "fail"]
+    assert any(c["name"] == "replay" and c["status"] == "ok" for c in checks)
