@@ -61,12 +61,16 @@ def planned_jobs(res) -> dict[str, int]:
 
 
 REPORTS = {f"report_{r}": 1 for r in ("sudoku", "methods", "verdicts", "training_curves", "population",
-                                      "sigma_ablation", "wall_clock", "memory", "tool_agents", "ahd")}
+                                      "sigma_ablation", "wall_clock", "memory", "tool_agents", "webarena", "ahd")}
 # tool agents: math (train, dapo, aime) and docvqa (train, docvqa) sets, the tiny tool model,
 # 4 trained methods x 2 benchmarks x 1 seed, No Skill and every run on the 3 evaluation sets
 # and the tool model's check (tool_agents.model.expect)
 TOOL_JOBS = {"prepare_data": 5, "build_tool_model": 1, "train_agent": 8, "evaluate_agent_base": 3, "evaluate_agent": 12,
              "check_tool_model": 1}
+# web: the train and lite sets, the tiny web model, 3 trained methods x 1 seed, No Skill and every
+# run on the lite set, and the web model's check (web.model.expect)
+WEB_JOBS = {"prepare_web_data": 2, "build_web_model": 1, "train_web": 3, "evaluate_web_base": 1, "evaluate_web": 3,
+            "check_web_model": 1}
 # heuristic design: the tiny writer, construct_tsp x (EoH, Sample) x 1 budget x (base, ESOpt) x 1 repetition,
 # and the writer's check (ahd.model.expect)
 AHD_JOBS = {"build_ahd_model": 1, "search_heuristics": 4, "check_ahd_model": 1}
@@ -80,7 +84,7 @@ def test_dry_run_plans_the_grid(workdir):
     # GRPO (T 0.7 and T 1) and PPO at 2 horizons x 1 seed; 4 memory probes; the main base's check
     assert jobs == {"all": 1, "build_model": 2, "build_probe_model": 1, "evaluate_base": 3, "train_es": 8,
                     "evaluate_es": 10, "train_rl": 6, "evaluate_rl": 6, "memory": 4, "check_models": 1,
-                    **TOOL_JOBS, **AHD_JOBS, **REPORTS, "total": 88}
+                    **TOOL_JOBS, **WEB_JOBS, **AHD_JOBS, **REPORTS, "total": 100}
 
 
 def test_paper_config_plans_the_papers_grid(workdir):
@@ -93,11 +97,13 @@ def test_paper_config_plans_the_papers_grid(workdir):
     # (G=32 is the main run) 6, 9B at G 8/16/32 9 -> 36 ES runs; 54 ES evaluations
     # (27 + 9 + 3 + 15); base 4B at 3 H*, 9B at H*=15; GRPO, GRPO T=1, PPO 27 runs.
     # Tool agents on the 4B: 5 data sets, 4 methods x 2 benchmarks x 3 seeds, 3 + 36 evaluations.
+    # WebArena-Lite on the 27B (staged): the train and Lite sets, 3 methods x 1 seed, 1 + 3 evaluations.
     # Heuristic design: the 8B writer, 6 tasks x 2 searches x 2 budgets x (base, ESOpt) x 3 repetitions.
     assert jobs == {"all": 1, "build_model": 2, "evaluate_base": 4, "train_es": 36, "evaluate_es": 54,
                     "train_rl": 27, "evaluate_rl": 27, "memory": 4, "prepare_data": 5, "train_agent": 24,
-                    "evaluate_agent_base": 3, "evaluate_agent": 36, "build_ahd_model": 1, "search_heuristics": 144,
-                    **REPORTS, "total": 378}
+                    "evaluate_agent_base": 3, "evaluate_agent": 36, "prepare_web_data": 2, "build_web_model": 1,
+                    "train_web": 3, "evaluate_web_base": 1, "evaluate_web": 3, "build_ahd_model": 1,
+                    "search_heuristics": 144, **REPORTS, "total": 389}
     assert "--nproc-per-node 4" in res.stdout  # train_es runs under torchrun, 4 ranks (config distributed)
 
 
@@ -108,7 +114,8 @@ def test_horizons_config_plans_the_papers_sudoku_grid_at_tiny_scale(workdir):
     # 6x6 at H* 5/10/15, 3 seeds: ESOpt 9 runs (each evaluated at every H*: 27), Vanilla ES 9,
     # sigma_T = 0 at H*=15 3, population study at H*=15 G 4 and 8 (G=16 is the main run) 6
     # -> 27 ES runs, 27 + 9 + 3 + 6 = 45 ES evaluations; GRPO, GRPO T=1, PPO 27 runs
-    sudoku_reports = {k: v for k, v in REPORTS.items() if k not in ("report_memory", "report_tool_agents", "report_ahd")}
+    sudoku_reports = {k: v for k, v in REPORTS.items()
+                      if k not in ("report_memory", "report_tool_agents", "report_webarena", "report_ahd")}
     assert planned_jobs(res) == {"all": 1, "build_model": 1, "evaluate_base": 3, "train_es": 27, "evaluate_es": 45,
                                  "train_rl": 27, "evaluate_rl": 27, "check_models": 1, **sudoku_reports, "total": 139}
 
@@ -135,7 +142,7 @@ def test_pipeline_runs_then_has_nothing_to_do(workdir):
     # each figure's notebook, executed, kept as the log of its rule
     executed = sorted(p.stem for p in (workdir / "results/notebooks").glob("*.ipynb"))
     assert executed == sorted(["sudoku_horizon", "horizon_crossover", "verdicts", "training_curves", "population",
-                               "sigma_ablation", "wall_clock", "memory", "tool_agents", "ahd"])
+                               "sigma_ablation", "wall_clock", "memory", "tool_agents", "webarena", "ahd"])
     verdicts = pd.read_csv(workdir / "results/tables/verdicts.csv")  # one seed each: no interval, no verdict yet
     assert verdicts.claim.unique().tolist() == ["horizon crossover", "sigma_T = 0 drop", "population sensitivity"]
     assert (verdicts.verdict == "undecided").all() and verdicts.ci_low.isna().all()
@@ -143,6 +150,11 @@ def test_pipeline_runs_then_has_nothing_to_do(workdir):
     assert tools.label.tolist() == ["No Skill", "Agentic GRPO", "Agentic ESOpt", "Trace2Skill", "ESOpt + Trace2Skill"]
     assert {"DAPO", "AIME", "DocVQA", "DAPO Δ", "average Δ"} <= set(tools.columns)
     assert (tools[[f"{c} seeds" for c in ("DAPO", "AIME", "DocVQA")]] == 1).all().all()
+    web = pd.read_csv(workdir / "results/tables/webarena.csv")
+    assert web.label.tolist() == ["No Skill", "Agentic ESOpt", "Trace2Skill", "ESOpt + Trace2Skill"]
+    assert {"all", "all mean", "Δ all", "seeds"} <= set(web.columns) and (web.seeds == 1).all()
+    assert {"shopping", "reddit", "gitlab"} <= set(web.columns)  # one task per template: every site
+    assert (workdir / "results/figures/webarena.png").stat().st_size > 10_000
     population = pd.read_csv(workdir / "results/tables/population.csv")
     assert set(population.model) == {"smoke-qwen35", "smoke-qwen35-wide"}
     assert population.groupby("method").population.apply(lambda g: sorted(g.dropna())).to_dict() == {
@@ -164,8 +176,9 @@ def test_every_es_run_moves_the_weights_and_replays_to_them(workdir):
     smk(workdir)
     histories = sorted((workdir / "results").glob("train/*/*/*/*/history.json")) + sorted(
         (workdir / "results").glob("ahd/*/*/*_esopt/r*/history.json"))
-    # 8 Sudoku ES runs, 4 ES tool-agent runs (esopt, esopt_trace2skill x 2 benchmarks), 2 heuristic writers
-    assert len(histories) == 8 + 4 + 2, histories
+    # 8 Sudoku ES runs, 4 ES tool-agent runs (esopt, esopt_trace2skill x 2 benchmarks), 2 web runs,
+    # 2 heuristic writers
+    assert len(histories) == 8 + 4 + 2 + 2, histories
     for h in histories:
         hist = json.loads(h.read_text())
         base, final = hist["run"]["base_weights_sha256"], hist["final"]["weights_sha256"]
@@ -187,9 +200,9 @@ def test_report_bundles_figures_captions_and_provenance(workdir):
     with zipfile.ZipFile(workdir / "results/report.zip") as z:
         names = z.namelist()
     for name in ("horizon_crossover", "training_curves", "population", "sigma_ablation", "wall_clock", "memory",
-                 "tool_agents", "ahd"):
+                 "tool_agents", "webarena", "ahd"):
         assert any(n.endswith(f"{name}.png") for n in names), name
-    assert sum(n.endswith(".provenance.json") for n in names) == 10  # each table's record, as a report item
+    assert sum(n.endswith(".provenance.json") for n in names) == 11  # each table's record, as a report item
 
 
 def job_metadata(wd) -> dict[str, dict]:

@@ -1,11 +1,13 @@
 """The web benchmark's pure parts, no browser: evaluators, action parsing, task files, templates."""
 
+import contextlib
 import json
 
 import pytest
 
 from esopt.envs.web.actions import Action, ActionError, parse_action
 from esopt.envs.web.evaluators import (
+    SEMANTICS_FIELD,
     CallableJudge,
     EvaluationError,
     JudgeError,
@@ -14,9 +16,13 @@ from esopt.envs.web.evaluators import (
     clean_answer,
     evaluate,
     make_judge,
+    must_include,
     program_html,
+    semantics_of,
     string_match,
     url_match,
+    uses_page,
+    word_tokens,
 )
 from esopt.envs.web.tasks import TaskFormatError, WebTask, load_tasks, resolve_urls, write_tasks
 from esopt.envs.web.templates import TEMPLATES, generate_tasks, split_of
@@ -116,6 +122,44 @@ def test_openai_judge_that_cannot_be_reached_raises_judge_error():
         judge(intent="q", reference="a", answer="a", kind="fuzzy")
 
 
+def test_openai_judge_sends_the_configured_prompt_and_system_message():
+    import http.server
+    import threading
+
+    bodies = []
+
+    class Endpoint(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            data = json.dumps({"choices": [{"message": {"content": "Correct."}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        judge = make_judge({"kind": "openai", "base_url": base, "model": "gpt-4.1-mini", "system": "Be brief",
+                            "max_tokens": 768, "prompts": {"fuzzy": "Q: {intent} R: {reference} A: {answer}"}})
+        assert judge(intent="q", reference="r", answer="a", kind="fuzzy") is True
+        assert bodies[0]["max_tokens"] == 768 and bodies[0]["model"] == "gpt-4.1-mini"
+        assert bodies[0]["messages"] == [{"role": "system", "content": "Be brief"},
+                                         {"role": "user", "content": "Q: q R: r A: a"}]
+        plain = make_judge({"kind": "openai", "base_url": base, "model": "m"})
+        assert plain(intent="q", reference="r", answer="a", kind="fuzzy") is True
+        assert [m["role"] for m in bodies[1]["messages"]] == ["user"] and "Reference answer: r" in bodies[1]["messages"][0]["content"]
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(ValueError, match="unknown kinds"):
+        OpenAIJudge("http://h/v1", "m", prompts={"fuzz": "x"})
+
+
 def test_make_judge_from_config():
     assert make_judge(None) is None
     assert isinstance(make_judge({"kind": "openai", "base_url": "http://127.0.0.1:8000/v1", "model": "m"}), OpenAIJudge)
@@ -192,6 +236,195 @@ def test_program_html_helpers_are_named_functions_with_literal_arguments():
         call_helper("__import__('os')", helpers, "")
     with pytest.raises(EvaluationError, match="literals"):
         call_helper("post(open('x'))", helpers, "")
+
+
+class PagedProbe(FakeProbe):
+    """A probe that also hands helpers a page (`page(url)`), as the browser's does."""
+
+    def __init__(self, pages, page_values):
+        super().__init__(pages)
+        self.page_values, self.opened = page_values, []
+
+    @contextlib.contextmanager
+    def page(self, url):
+        self.opened.append(url)
+        yield {"url": url, "value": self.page_values.get(url)}
+
+
+def test_page_helpers_get_the_probes_page_at_the_targets_url():
+    helpers = {"role": lambda page, name: page["value"] if name == "vinta" else "", "plain": lambda x: x}
+    assert uses_page("role(__page__, 'vinta')") and uses_page("role(page=__page__)")
+    assert not uses_page("plain('__page__')") and not uses_page("plain(__last_url__)")
+    probe = PagedProbe({}, {"http://g/p/-/project_members": "Maintainer", None: "Owner"})
+    cfg = html_task(("http://g/p/-/project_members", "func:role(__page__, 'vinta')", {"must_include": ["Maintainer"]}),
+                    ("last", "func:role(__page__, 'vinta')", {"exact_match": "owner"}))
+    assert program_html(cfg, probe, "http://g/final", helpers) == (1.0, [1.0, 1.0])
+    assert probe.opened == ["http://g/p/-/project_members", None]  # None: the final page itself
+    wrong = html_task(("http://g/p/-/project_members", "func:role(__page__, 'nobody')", {"must_include": ["Maintainer"]}))
+    assert program_html(wrong, probe, "http://g/final", helpers)[0] == 0.0
+    # a probe without pages, __page__ outside a locator, a page where none is given: errors, never a 0
+    with pytest.raises(EvaluationError, match="opens none"):
+        program_html(cfg, FakeProbe({}), "http://g/final", helpers)
+    with pytest.raises(EvaluationError, match="only to locator helpers"):
+        program_html(html_task(("func:role(__page__, 'vinta')", "", {"must_include": ["x"]})), probe, "u", helpers)
+    with pytest.raises(EvaluationError, match="only to locator helpers"):
+        call_helper("role(__page__, 'vinta')", helpers, "http://g/final")
+    assert call_helper("role(__page__, 'vinta')", helpers, "u", page={"value": "Guest"}) == "Guest"
+    with pytest.raises(EvaluationError, match="literals"):
+        call_helper("role(page, 'vinta')", helpers, "u", page={"value": "Guest"})  # only the name __page__
+
+
+def fuzzy_html(refs, url="last"):
+    return html_task((url, "document.querySelector('textarea').value", {"fuzzy_match": refs}))
+
+
+def test_program_html_fuzzy_match_asks_the_judge_once_with_the_references_joined():
+    asked = []
+
+    def judge(intent, reference, answer, kind):
+        asked.append((intent, reference, answer, kind))
+        return "correct" if "refund" in answer.lower() else "incorrect"
+
+    probe = FakeProbe({(None, "document.querySelector('textarea').value"): "I want a REFUND for order 180"})
+    cfg = fuzzy_html(["refund", "000000180"])
+    assert program_html(cfg, probe, "http://h/f", {}, CallableJudge(judge)) == (1.0, [1.0])
+    assert asked == [("What is it?", "refund, 000000180", "I want a REFUND for order 180", "fuzzy")]
+    other = FakeProbe({(None, "document.querySelector('textarea').value"): "please ship faster"})
+    assert evaluate(cfg, "", "http://h/f", other, judge=CallableJudge(judge)).score == 0.0
+    # a judge that raises, none at all, an unreadable verdict: the evaluation fails loudly
+    def broken(**kw):
+        raise TimeoutError("judge timed out")
+
+    res = evaluate(cfg, "", "http://h/f", probe, judge=CallableJudge(broken))
+    assert res.score == 0.0 and "JudgeError" in res.error and "timed out" in res.error
+    res = evaluate(cfg, "", "http://h/f", probe, judge=None)
+    assert res.score == 0.0 and "needs a judge" in res.error
+    res = evaluate(cfg, "", "http://h/f", probe, judge=CallableJudge(lambda **kw: "hmm"))
+    assert "no verdict" in res.error
+    with pytest.raises(JudgeError):
+        program_html(cfg, probe, "http://h/f", {}, None)
+
+
+# --- the "vab" semantics (VisualAgentBench's evaluator) beside "webarena" -------------------
+
+
+def both(cfg):
+    """The config with "webarena" and with "vab" semantics."""
+    return dict(cfg), {**cfg, SEMANTICS_FIELD: "vab"}
+
+
+def test_semantics_come_from_the_task_config():
+    assert semantics_of({}) == "webarena" and semantics_of({SEMANTICS_FIELD: "vab"}) == "vab"
+    WebTask(both(answers(exact_match="5"))[1])  # the task format allows the field
+    res = evaluate({**answers(exact_match="5"), SEMANTICS_FIELD: "visualwebarena"}, "5", "http://h", None)
+    assert res.score == 0.0 and "esopt_semantics 'visualwebarena'" in res.error
+
+
+def test_vab_url_match_defaults_to_exact_and_tests_the_whole_url_as_a_substring():
+    no_note = task({"eval_types": ["url_match"], "reference_url": "http://h/p/-/issues/719"})
+    del no_note["eval"]["url_note"]
+    wa, vab = both(no_note)
+    assert url_match(wa, "http://h/p/-/issues/719#note_3") == 1.0  # webarena: GOLD in PRED by default
+    assert url_match(vab, "http://h/p/-/issues/719#note_3") == 0.0  # vab: EXACT by default
+    assert url_match(vab, "http://h/p/-/issues/719/") == 1.0
+    wa, vab = both(nav("http://h/search?a=1&b=2"))
+    assert url_match(wa, "http://h/search?b=2&a=1") == 1.0  # webarena: query parameters, any order
+    assert url_match(vab, "http://h/search?b=2&a=1") == 0.0  # vab: the reference text inside the URL
+    assert url_match(vab, "http://h/search?a=1&b=2&page=3") == 1.0 == url_match(wa, "http://h/search?a=1&b=2&page=3")
+    wa, vab = both(nav("http://localhost:8023/p"))
+    assert url_match(vab, "http://127.0.0.1:8023/p") == 1.0 and url_match(wa, "http://127.0.0.1:8023/p") == 0.0
+    wa, vab = both(nav("http://h/a", "EXACT"))
+    assert url_match(wa, "http://h/a//") == 1.0 and url_match(vab, "http://h/a//") == 0.0  # vab drops one "/"
+    wa, vab = both(nav("http://h/a", None))
+    assert url_match(wa, "http://h/a/b") == 1.0
+    with pytest.raises(EvaluationError, match="url_note None"):
+        url_match(vab, "http://h/a/b")  # VAB: url_note null is no rule
+
+
+def test_vab_must_include_matches_every_one_word_reference_as_a_whole_word():
+    wa, vab = both(answers(must_include=["kettle", "17.99"]))
+    assert string_match(wa, "Two kettles at $17.99", None)[0] == 1.0  # webarena: substrings
+    assert string_match(vab, "Two kettles at $17.99", None)[0] == 0.0  # vab: "kettle" is not a word there
+    assert string_match(vab, "The kettle costs $17.99.", None)[0] == 1.0
+    wa, vab = both(answers(must_include=["5", "orders"]))
+    assert string_match(wa, "15 orders", None)[0] == 1.0  # webarena: whole tokens only for a one-element list
+    assert string_match(vab, "15 orders", None)[0] == 0.0
+    wa, vab = both(answers(must_include=["pics |OR| funny"]))
+    assert string_match(vab, "posted in /f/pics", None)[0] == 1.0  # words split at "/" count too
+    assert string_match(vab, "posted in picsart", None)[0] == 0.0 and string_match(wa, "posted in picsart", None)[0] == 1.0
+    wa, vab = both(answers(must_include=["Emma Lopez"]))  # several words: a substring in both
+    assert string_match(vab, "emma lopezz", None)[0] == 1.0 == string_match(wa, "emma lopezz", None)[0]
+    assert must_include("don't", "i don'tknow", semantics="vab") == 1.0  # two words (do n't): a substring
+    # program_html's must_include is word-wise in vab too
+    probe = FakeProbe({(None, "document.x"): "Maintainers"})
+    wa, vab = both(html_task(("last", "document.x", {"must_include": ["Maintainer"]})))
+    assert program_html(wa, probe, "u", {})[0] == 1.0 and program_html(vab, probe, "u", {})[0] == 0.0
+
+
+def test_vab_fuzzy_match_sends_the_references_joined_in_one_question():
+    asked = []
+
+    def judge(intent, reference, answer, kind):
+        asked.append(reference)
+        return True
+
+    wa, vab = both(answers(fuzzy_match=["driving: 13min", "walking: 1h 45min"]))
+    assert string_match(wa, "13 and 105 minutes", CallableJudge(judge))[0] == 1.0
+    assert asked == ["driving: 13min", "walking: 1h 45min"]  # webarena: one question per reference
+    asked.clear()
+    assert string_match(vab, "13 and 105 minutes", CallableJudge(judge))[0] == 1.0
+    assert asked == ["driving: 13min, walking: 1h 45min"]  # vab: one question
+    asked.clear()
+    assert string_match(wa, "", CallableJudge(judge))[0] == 0.0 and asked == []  # webarena: empty, no question
+    assert string_match(vab, "", CallableJudge(judge))[0] == 1.0 and asked == ["driving: 13min, walking: 1h 45min"]
+    assert "needs a judge" in evaluate(vab, "x", "u", None, judge=None).error
+    raising = CallableJudge(lambda **kw: 1 / 0)
+    assert "ZeroDivisionError" in evaluate(vab, "x", "u", None, judge=raising).error
+
+
+def test_vab_na_verdict_replaces_the_product_and_answers_keep_their_whitespace():
+    cfg = task({"eval_types": ["string_match"], "reference_answers": {"exact_match": "12", "fuzzy_match": "N/A"},
+                "string_note": "no such order"})
+    wa, vab = both(cfg)
+    says_same = CallableJudge(lambda intent, reference, answer, kind: kind == "unachievable")
+    assert string_match(wa, "there is no such order", says_same)[0] == 0.0  # webarena: 0 x 1
+    assert string_match(vab, "there is no such order", says_same)[0] == 1.0  # VAB: the verdict replaces the 0
+    wa, vab = both(answers(exact_match="5"))
+    assert string_match(wa, " 5 ", None)[0] == 1.0 and string_match(vab, " 5 ", None)[0] == 0.0
+    assert clean_answer(' "x" ', "vab") == ' "x" ' and clean_answer('"x"', "vab") == "x"
+
+
+def test_vab_program_html_does_not_unescape_and_a_helpers_none_fails():
+    probe = FakeProbe({(None, None): "<p>Tom &amp; Jerry</p>"})
+    wa, vab = both(html_task(("last", "", {"must_include": ["tom & jerry"]})))
+    assert program_html(wa, probe, "u", {})[0] == 1.0 and program_html(vab, probe, "u", {})[0] == 0.0
+    helpers = {"nothing": lambda: None, "yes": lambda: "yes"}
+    wa, vab = both(html_task(("last", "func:nothing()", {"must_include": ["none"]}),
+                             ("last", "func:yes()", {"exact_match": "yes"})))
+    assert program_html(wa, FakeProbe({}), "u", helpers) == (1.0, [1.0, 1.0])  # webarena: str(None)
+    assert program_html(vab, FakeProbe({}), "u", helpers) == (0.0, [0.0])  # VAB: None ends it with 0
+
+
+@pytest.mark.parametrize("text, words", [  # nltk 3.10's output on each (Treebank tokenizer, untrained punkt)
+    ("$17.99.", ["$", "17.99", "."]),
+    ("it costs 17.99. next", ["it", "costs", "17.99.", "next"]),
+    ('data-sku="b0sku2"', ["data-sku=", "''", "b0sku2", "''"]),
+    ("<span>maintainer</span>", ["<", "span", ">", "maintainer", "<", "/span", ">"]),
+    ("don't kellogg's", ["do", "n't", "kellogg", "'s"]),
+    ("a,b 1,000 x,5 12:30 a:b end:", ["a", ",", "b", "1,000", "x,5", "12:30", "a", ":", "b", "end", ":"]),
+    ("hello... world", ["hello", "...", "world"]),
+    ("t-shirt a/b a=b c+d", ["t-shirt", "a/b", "a=b", "c+d"]),
+    ("the kettle. it costs $5", ["the", "kettle", ".", "it", "costs", "$", "5"]),
+    ("http://foo.com/x?q=1&r=2", ["http", ":", "//foo.com/x", "?", "q=1", "&", "r=2"]),
+    ('he said "yes" ok', ["he", "said", "``", "yes", "''", "ok"]),
+    ("cannot gonna", ["can", "not", "gon", "na"]),
+    ("i'm you're they'll", ["i", "'m", "you", "'re", "they", "'ll"]),
+    ("'hello' dogs' toys", ["'", "hello", "'", "dogs", "'", "toys"]),
+    ("(x) a;b 50% a&b ?!", ["(", "x", ")", "a", ";", "b", "50", "%", "a", "&", "b", "?", "!"]),
+    ("x—y 1.4km e.g. ok.)", ["x", "—", "y", "1.4km", "e.g.", "ok", ".", ")"]),
+])
+def test_word_tokens_follow_nltk(text, words):
+    assert word_tokens(text) == words
 
 
 def test_evaluate_multiplies_the_evaluators():

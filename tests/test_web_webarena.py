@@ -8,6 +8,7 @@ ESOPT_WEB_REQUIRED is set. With the real task files (ESOPT_WEBARENA_FILES: a fol
 test.raw.json or test_webarena.raw.json and test_webarena_lite.raw.json) the released split's
 fingerprints are checked too."""
 
+import contextlib
 import http.server
 import json
 import os
@@ -23,7 +24,7 @@ from typing import ClassVar
 import pytest
 
 from esopt.envs.web import webarena as wa
-from esopt.envs.web.evaluators import EvaluationError, call_helper, evaluate
+from esopt.envs.web.evaluators import SEMANTICS_FIELD, CallableJudge, EvaluationError, call_helper, evaluate
 from esopt.envs.web.sites.server import Episode, FixedSites
 from esopt.envs.web.tasks import TaskFormatError, WebTask, placeholder, resolve_urls, unresolved, validate
 
@@ -174,6 +175,21 @@ def test_load_suite_lite_from_the_vab_file_and_from_the_812(tmp_path, caplog):
     # the evaluator configs stay WebArena's (only storage_state is adapted)
     original = webarena_task(4)["eval"]
     assert from_full[0].config["eval"] == original
+
+
+def test_load_suite_marks_the_evaluator_semantics(tmp_path):
+    lite = wa.load_suite(lite_file(tmp_path, ids=[4, 7]), "lite", lite_ids=[4, 7])
+    assert [t.config[SEMANTICS_FIELD] for t in lite] == ["vab", "vab"]  # VAB's Lite file: VAB's evaluator
+    src = full_file(tmp_path, 30)
+    assert {t.config[SEMANTICS_FIELD] for t in wa.load_suite(src, "lite", lite_ids=[4, 7])} == {"webarena"}
+    assert {t.config[SEMANTICS_FIELD] for t in wa.load_suite(src, "lite", lite_ids=[4], semantics="vab")} == {"vab"}
+    full = full_file(tmp_path)
+    train = wa.load_suite(full, "train", verify_release=False)  # the authors trained through VAB's run.py
+    assert {t.config[SEMANTICS_FIELD] for t in train} == {"vab"}
+    assert {t.config[SEMANTICS_FIELD] for t in wa.load_suite(full, "val", verify_release=False,
+                                                             semantics="webarena")} == {"webarena"}
+    with pytest.raises(ValueError, match="semantics"):
+        wa.load_suite(src, "lite", lite_ids=[4], semantics="VAB")
 
 
 def test_load_suite_train_and_val_from_the_812_list_and_from_config_files(tmp_path):
@@ -371,6 +387,25 @@ class FakeProbe:
         return self.pages.get(url, "")
 
 
+class PagedProbe(FakeProbe):
+    """A probe that also opens pages for __page__ helpers: a fake page whose scripts give `roles[url]`."""
+
+    def __init__(self, roles):
+        super().__init__({})
+        self.roles, self.opened = roles, []
+
+    @contextlib.contextmanager
+    def page(self, url):
+        self.opened.append(url)
+        role = self.roles.get(url)
+
+        class Page:
+            def evaluate(self, js):
+                return role
+
+        yield Page()
+
+
 def test_shopping_helpers_use_the_rest_api_with_the_admin_token(magento):
     h = wa.make_helpers({"shopping": magento.url})
     assert h["shopping_get_latest_order_url"]() == f"{magento.url}/sales/order/view/order_id/190/"
@@ -400,10 +435,16 @@ def test_program_html_with_the_real_helpers_through_evaluate(magento):
     last = "http://127.0.0.1:9/f/books/12/-/comment/55"
     probe = FakeProbe({"http://127.0.0.1:9/f/books/12/": "post 3 by someone"})
     assert evaluate(post, "", last, probe, h).score == 1.0
-    # the page helper cannot get __page__ through call_helper: a clear evaluation error, not a 0
+    # the page helper reads the page the probe opens at the target's URL (__page__)
     member = resolve_urls(webarena_task(4, ["gitlab"], "member"), {"gitlab": "http://g"})
+    members_page = "http://g/byteblaze/dotfiles/-/project_members"
+    probe = PagedProbe({members_page: "Maintainer"})
+    result = evaluate(member, "", "http://g/byteblaze/dotfiles", probe, h)
+    assert result.error is None and result.score == 1.0 and probe.opened == [members_page]
+    assert evaluate(member, "", "http://g/byteblaze/dotfiles", PagedProbe({members_page: "Guest"}), h).score == 0.0
+    # a probe that opens no pages: a clear evaluation error, not a 0
     result = evaluate(member, "", "http://g/byteblaze/dotfiles", FakeProbe({}), h)
-    assert result.score == 0.0 and "literals" in result.error
+    assert result.score == 0.0 and "opens none" in result.error
     # a shop that does not answer: an evaluation error naming the API
     down = wa.make_helpers({"shopping": "http://127.0.0.1:9"}, timeout_s=2)
     result = evaluate(order, "", "http://x/last", FakeProbe({}), down)
@@ -435,7 +476,7 @@ def test_the_member_role_helper_reads_the_page_it_is_given():
     page = Page("Maintainer")
     assert f(page, "vinta") == "Maintainer" and '"@vinta"' in page.js
     assert f(Page(None), "x") == "" and f(Page(fail=True), "x") == ""
-    with pytest.raises(EvaluationError, match="inline_helpers"):
+    with pytest.raises(EvaluationError, match="a Playwright page"):
         f("http://g/p/-/project_members", "vinta")
 
 
@@ -528,6 +569,23 @@ def test_the_released_split_on_the_real_files():
     assert len(tasks) == 747 and wa.helper_names(tasks) <= set(wa.HELPER_NAMES)
 
 
+def test_every_real_lite_task_can_be_scored():
+    """Each of the 165 real Lite configs runs through the vab evaluator (fake pages, helpers and
+    judge) without an evaluation error: every evaluator kind, locator and helper they use is known."""
+    lite = real_file("test_webarena_lite.raw.json") or wa._installed("lite")
+    if lite is None:
+        pytest.skip("WebArena-Lite's task file is not here (set ESOPT_WEBARENA_FILES to its folder)")
+    tasks = wa.load_suite(lite, "lite", site_urls="127.0.0.1")
+    helpers = {name: (lambda *a, **kw: "http://127.0.0.1:7770/x") for name in wa.HELPER_NAMES}
+    asked = []
+    judge = CallableJudge(lambda **kw: asked.append(kw["kind"]) or False)
+    for t in tasks:
+        assert t.config[SEMANTICS_FIELD] == "vab"
+        result = evaluate(t.config, "", "http://127.0.0.1:7770/x", PagedProbe({}), helpers, judge)
+        assert result.error is None and result.score in (0.0, 1.0), (t.id, result)
+    assert len(asked) >= 40  # the 36 + 4 fuzzy_match tasks asked the judge
+
+
 # --- in the browser: logins, storage states, whole episodes -----------------------------------
 
 FORM = """<html><head><title>{title}</title></head><body>{extra}
@@ -546,6 +604,10 @@ MEMBERS = """<html><body><table>
     <td class="col-max-role"><span>Owner</span></td></tr>
 <tr><td data-label="Account"><span class="gl-avatar-labeled-sublabel">@vinta</span></td>
     <td class="col-max-role"><span>Maintainer</span></td></tr></table></body></html>"""
+
+LATE = """<html><body><div id="members"></div><script>
+setTimeout(() => { document.querySelector("#members").textContent = "@vinta Maintainer"; }, 700);
+</script></body></html>"""
 
 
 def fake_site(site):
@@ -591,6 +653,8 @@ def fake_site(site):
                     return self.form("/users/sign_in", GITLAB_FIELDS, "Sign in")
                 if path.endswith("/-/project_members"):
                     return self.send(200, MEMBERS)
+                if path.endswith("/-/late"):  # a page its script fills in after the load event
+                    return self.send(200, LATE)
                 return self.page(f"@{user['username']}" if self.signed_in() else "Sign in")
             self.page(site)
 
@@ -716,10 +780,36 @@ def test_webarena_helpers_in_whole_episodes(web, tmp_path):
     post_task, member_task = wa.load_suite(src, "lite", lite_ids=[12, 4])
     reward, info = episode(env, post_task)  # reddit_get_post_url('__last_url__') -> the post's page
     assert reward == 1.0, info
-    reward, info = episode(env, member_task)  # __page__: the evaluator cannot pass it
-    assert reward == 0.0 and info["failure"] == "evaluation" and "__last_url__" in info["error"]
+    reward, info = episode(env, member_task)  # __page__: a live page at the members URL
+    assert reward == 1.0 and info["error"] is None, info
+    nobody_task = wa.load_suite(src, "lite", lite_ids=[5])[0]
+    reward, info = episode(env, nobody_task)
+    assert reward == 0.0 and info["error"] is None, info
+    at_last = json.loads(json.dumps(member))  # url "last": the helper gets the final page itself
+    at_last["eval"]["program_html"][0]["url"] = "last"
+    at_last["start_url"], at_last["storage_state"] = "__GITLAB__/byteblaze/dotfiles/-/project_members", None
+    reward, info = episode(env, WebTask(at_last))
+    assert reward == 1.0 and info["error"] is None, info
     inlined, inlined_nobody = wa.load_suite(src, "lite", lite_ids=[4, 5], inline_helpers=True)
     reward, info = episode(env, inlined)  # the same check as a JavaScript locator on the members page
     assert reward == 1.0 and info["error"] is None, info
     reward, info = episode(env, inlined_nobody)
     assert reward == 0.0 and info["error"] is None
+
+
+def test_vab_semantics_read_pages_as_vab_does(web, monkeypatch):
+    """VAB waits after opening a check's URL (3 s; 1.5 here) and reads a script's null as "None"."""
+    from esopt.envs.web import env as env_module
+
+    _, env, _ = web
+    monkeypatch.setattr(env_module, "VAB_SETTLE_S", 1.5)
+    t = webarena_task(7, ["gitlab"], "member")
+    t["require_login"], t["storage_state"], t["start_url"] = False, None, "__GITLAB__/byteblaze/dotfiles"
+    t["eval"] = {**t["eval"], "eval_types": ["program_html"], "program_html": [
+        {"url": "__GITLAB__/byteblaze/dotfiles/-/late", "locator": "document.querySelector('#members').outerText",
+         "required_contents": {"must_include": ["Maintainer"]}},
+        {"url": "last", "locator": "document.body.getAttribute('data-none')", "required_contents": {"exact_match": "None"}}]}
+    reward, info = episode(env, WebTask(t))  # webarena: read at once (empty yet), null is ""
+    assert reward == 0.0 and info["error"] is None and info["eval"]["program_html"]["targets"] == [0.0, 0.0], info
+    reward, info = episode(env, WebTask({**t, SEMANTICS_FIELD: "vab"}))
+    assert reward == 1.0 and info["error"] is None and info["eval"]["program_html"]["targets"] == [1.0, 1.0], info

@@ -42,7 +42,7 @@ from typing import Any
 
 from esopt.envs.web.actions import Action, ActionError, parse_action
 from esopt.envs.web.browser import BrowserCrash, BrowserPool
-from esopt.envs.web.evaluators import EvalResult, Judge, evaluate, make_judge
+from esopt.envs.web.evaluators import SEMANTICS_FIELD, EvalResult, Judge, evaluate, make_judge
 from esopt.envs.web.observe import HTML_JS, MODES, aria_selector, format_aria, html_locator_selector, truncate
 from esopt.envs.web.sites.server import Episode, FixedSites, LocalSites
 from esopt.envs.web.tasks import WebTask, unresolved
@@ -149,23 +149,38 @@ def _first_line(e: BaseException) -> str:
     return (text[0] if text else type(e).__name__)[:300]
 
 
-class _Probe:
-    """program_html's page access: the final page, or a fresh page of the episode's context."""
+VAB_SETTLE_S = 3.0  # VAB's evaluator sleeps this long after opening a check's URL (scripts render the page)
 
-    def __init__(self, env: WebEnv):
+
+class _Probe:
+    """program_html's page access: the final page, or a fresh page of the episode's context.
+    `semantics` "vab" reads pages as VisualAgentBench's evaluator does: VAB_SETTLE_S seconds
+    after opening a URL, and a script value of null/undefined as the text "None"."""
+
+    def __init__(self, env: WebEnv, semantics: Any = "webarena"):
         self.env = env
+        vab = semantics == "vab"
+        self.settle_s = VAB_SETTLE_S if vab else 0.0
+        self.null_text = "None" if vab else ""
+
+    def _open(self, page, url: str) -> bool:
+        """Go to `url` (inside the guard); False when the page is wrong (nothing to select)."""
+        try:
+            page.goto(url)
+        except _playwright_error() as e:
+            self.env._check_browser(e)
+            return False
+        if self.settle_s > 0:
+            page.wait_for_timeout(self.settle_s * 1000)
+        return True
 
     def text(self, url: str | None, js: str | None, prep_actions: list[str] | None = None) -> str:
         env = self.env
         page = env._page if url is None else env._ctx.new_page()
         try:
             with env.runtime.pool.guard(env._slot):
-                if url is not None:
-                    try:
-                        page.goto(url)
-                    except _playwright_error() as e:
-                        env._check_browser(e)
-                        return ""  # the page is wrong: nothing is selected
+                if url is not None and not self._open(page, url):
+                    return ""
                 if js is None:
                     return page.content()
                 for prep in prep_actions or []:
@@ -176,7 +191,27 @@ class _Probe:
                 except _playwright_error() as e:
                     env._check_browser(e)
                     return ""
-                return "" if value is None else str(value)
+                return self.null_text if value is None else str(value)
+        finally:
+            if url is not None:
+                with contextlib.suppress(Exception):
+                    page.close()
+
+    @contextlib.contextmanager
+    def page(self, url: str | None):
+        """The live Playwright page at `url` (None: the final page) for a helper's __page__,
+        under the hang watchdog; a fresh page is closed after. A browser that died meanwhile
+        raises BrowserCrash (helpers swallow page errors, as WebArena's do)."""
+        env = self.env
+        page = env._page if url is None else env._ctx.new_page()
+        try:
+            with env.runtime.pool.guard(env._slot):
+                if url is not None:
+                    self._open(page, url)  # a wrong page is still handed over: the helper selects nothing
+                yield page
+            slot = env._slot
+            if slot is None or slot.generation != env._gen or not env.runtime.pool.healthy(slot):
+                raise BrowserCrash("the browser failed while a program_html helper read the page")
         finally:
             if url is not None:
                 with contextlib.suppress(Exception):
@@ -479,7 +514,8 @@ class WebEnv:
         result: EvalResult | None = None
         for attempt in range(2):
             try:
-                result = evaluate(self._config, answer, final_url, _Probe(self), self._episode.helpers, self.judge)
+                probe = _Probe(self, self._config.get(SEMANTICS_FIELD))
+                result = evaluate(self._config, answer, final_url, probe, self._episode.helpers, self.judge)
                 break
             except (BrowserCrash, _playwright_error()) as e:  # the state lives in the sites: evaluate again
                 if attempt == 1 or not self._reopen_for_eval(final_url, e):

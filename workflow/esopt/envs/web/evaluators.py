@@ -1,35 +1,57 @@
-"""WebArena's evaluators: string_match, url_match and program_html, with WebArena's semantics.
+"""WebArena's evaluators: string_match, url_match and program_html, in two semantics.
 
 Scores are 0 or 1; a task's score is the product over its eval_types, and within one
 evaluator the product over its checks (every check must pass).
 
+Semantics (the task config's esopt addition "esopt_semantics", `semantics_of`):
+  "webarena" (the default; the generated local tasks): WebArena's own evaluator, below.
+  "vab": VisualAgentBench's VAB-WebArena-Lite evaluator (THUDM/VisualAgentBench @ 9055fc2,
+    VAB-WebArena-Lite/new/evaluators.py, which replaces WebArena's), as the WebArena-Lite
+    results were scored; webarena.load_suite sets it on the tasks it reads from VAB's files.
+    Where it differs, below as "vab:".
+
 string_match, on the answer of `stop [answer]`, cleaned (`clean_answer`: surrounding
-whitespace and one pair of quotes removed, lower-cased):
+whitespace and one pair of quotes removed, lower-cased; vab: no whitespace removed):
   exact_match   the cleaned answer equals the cleaned reference
   must_include  every listed phrase is a substring of the answer (alternatives joined by
                 " |OR| " : any one); a one-element list whose reference is a single character
-                is matched against the answer's tokens, so "0" is not found inside "10"
-  must_exclude  no listed phrase is in the answer (token-wise for one-token phrases)
+                is matched against the answer's tokens, so "0" is not found inside "10".
+                vab: every reference that is one word (`word_tokens`, nltk's word_tokenize)
+                must be one of the answer's words, or a part of one split at "/"; longer
+                references are substrings
+  must_exclude  no listed phrase is in the answer (word-wise for one-word phrases)
   one_of        at least one listed phrase is a substring of the answer
-  fuzzy_match   a judge (an LLM, or any callable) says the answer means each reference;
-                the reference "N/A" asks for an exact "N/A" first, then the judge compares
-                the answer with eval.string_note (why the task cannot be done)
+  fuzzy_match   a judge (an LLM, or any callable) says the answer means each reference (an
+                empty answer matches only an empty reference, without asking); vab: the
+                references joined by ", " go to the judge in one question, an empty answer
+                too. The reference "N/A" asks for an exact "N/A" first, then the judge compares
+                the answer with eval.string_note (why the task cannot be done); vab: when the
+                product so far is not 1 that verdict replaces it, as VAB's loop does
 url_match: with url_note "GOLD in PRED" (the default), some reference URL's host+path
   (trailing slashes dropped) is a substring of the final page's, and every query
   parameter of the references has one of its reference values in the final URL;
   "EXACT": the URL equals a reference. References are joined by " |OR| ".
+  vab: no url_note means "EXACT"; "GOLD in PRED" is a plain substring test of a whole
+  reference URL in the final URL (query string as written); "localhost" reads as 127.0.0.1
+  and one trailing "/" is dropped; any other url_note (null, "") is an EvaluationError.
 program_html: for each target, the text a locator selects on a page must contain
   (must_include, with " |OR| " alternatives; must_exclude) or equal (exact_match) the
-  required contents, after HTML unescaping. `url` is "last" (the final page), a URL
-  (opened on a fresh page of the episode's browser context, so in the episode's site
-  state and login), or "func:helper(...)"; `locator` is "" (the page's HTML),
-  JavaScript starting with "document." or "[...document." (its value as text; a script
-  error selects ""), or "func:helper(...)". Helpers are named functions the sites
-  provide (esopt.envs.web.sites.server); the call's arguments are literals, with
-  __last_url__ standing for the final URL. No task text is ever run as Python.
+  required contents, after HTML unescaping (vab: none; its must_include is word-wise as
+  above), or a judge must find that it means them (fuzzy_match: the references joined by
+  ", ", one question, kind "fuzzy"; VAB's addition, the same in both semantics). `url` is
+  "last" (the final page), a URL (opened on a fresh page of the episode's browser context,
+  so in the episode's site state and login; vab: then 3 s of settling, as VAB sleeps), or
+  "func:helper(...)"; `locator` is "" (the page's HTML), JavaScript starting with
+  "document." or "[...document." (its value as text; a script error selects ""; vab: null
+  selects "None"), or "func:helper(...)". Helpers are named functions the sites provide
+  (esopt.envs.web.sites.server); the call's arguments are literals, __last_url__ standing
+  for the final URL and, in a locator, __page__ for a live Playwright page at the target's
+  URL (the probe's `page(url)`). vab: a helper's None fails the evaluator. No task text is
+  ever run as Python.
 
-A judge that fails (no answer, an unreadable verdict, an exception) raises JudgeError;
-the environment records it with the episode (info["error"]) instead of scoring a 0.
+A judge that fails (no answer, an unreadable verdict, an exception) or is missing where a
+check needs one raises JudgeError; the environment records it with the episode
+(info["error"]) instead of scoring a 0.
 """
 
 from __future__ import annotations
@@ -63,42 +85,131 @@ class EvaluationError(RuntimeError):
     """A task's evaluation could not be run (a malformed locator, an unknown helper)."""
 
 
+# --- semantics ------------------------------------------------------------------------
+
+SEMANTICS = ("webarena", "vab")
+SEMANTICS_FIELD = "esopt_semantics"  # the task config's field (an esopt addition, like "expert")
+
+
+def semantics_of(config: Mapping[str, Any]) -> str:
+    """The task's evaluator semantics: "webarena" unless its config says "vab"."""
+    value = config.get(SEMANTICS_FIELD)
+    if value is None:
+        return "webarena"
+    if value not in SEMANTICS:
+        raise EvaluationError(f"{SEMANTICS_FIELD} {value!r}: expected one of {SEMANTICS}")
+    return value
+
+
 # --- string matching ------------------------------------------------------------------
 
 
-def clean_answer(answer: str) -> str:
-    answer = str(answer).strip()
+def clean_answer(answer: str, semantics: str = "webarena") -> str:
+    """Lower case, one pair of surrounding quotes removed; "webarena" strips whitespace first."""
+    answer = str(answer)
+    if semantics == "vab":  # VAB's clean_answer keeps the whitespace (and takes a lone quote as a pair)
+        if answer[:1] in ("'", '"') and answer.endswith(answer[0]):
+            answer = answer[1:-1]
+        return answer.lower()
+    answer = answer.strip()
     if len(answer) >= 2 and answer[0] == answer[-1] and answer[0] in "'\"":
         answer = answer[1:-1]
     return answer.lower()
 
 
 def tokens(text: str) -> list[str]:
-    """Words and punctuation marks (close to nltk's word_tokenize for matching purposes)."""
+    """Words and punctuation marks (the "webarena" semantics' word test)."""
     return re.findall(r"\w+(?:[.,]\d+)*|[^\w\s]", text)
 
 
-def exact_match(ref: str, pred: str) -> float:
-    return float(clean_answer(pred) == clean_answer(ref))
+# --- Penn Treebank words (what nltk.word_tokenize gives, for matching) ---------------------
+
+_QUOTE_OPEN = re.compile(r'(^|[\s(\[{<])"')
+_PADDED = [
+    (re.compile(r"\.{2,}"), r" \g<0> "),                       # ellipses
+    (re.compile(r"`+|--|[;@#$%&?!*\[\](){}<>«»“”‘’„—–]"), r" \g<0> "),
+    (re.compile(r"[:,](?!\d)"), r" \g<0> "),                   # not inside 12:30, 1,000
+]
+_SUFFIX = re.compile(r"(?i)^(.+?)('s|'m|'d|'ll|'re|'ve|n't|')$")
+_SUFFIX_WORDS = {"'s", "'m", "'d", "'ll", "'re", "'ve"}
+_SPLIT_WORDS = {"cannot": ("can", "not"), "gonna": ("gon", "na"), "gotta": ("got", "ta"), "wanna": ("wan", "na"),
+                "gimme": ("gim", "me"), "lemme": ("lem", "me"), "d'ye": ("d", "'ye"), "more'n": ("more", "'n")}
+_CLOSERS = {")", "]", "}", ">", "''", "'", "»", "”", "’"}
+_NUMBER = re.compile(r"^-?[.,]?\d[\d,.\-]*$")
+_ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "vs", "etc", "inc", "ltd", "co", "no", "mt", "ave", "prof"}
 
 
-def must_include(ref: str, pred: str, tokenize: bool = False) -> float:
-    r, p = clean_answer(ref), clean_answer(pred)
+def word_tokens(text: str) -> list[str]:
+    """`text`'s words in the Penn Treebank convention nltk.word_tokenize follows (VAB matches
+    one-word references against these): punctuation, brackets and quotes are tokens, but not
+    "-", "/", "=", "+" or "_" inside a word; commas and colons stay inside numbers (1,000,
+    12:30); "don't" is "do" + "n't", "it's" "it" + "'s"; a sentence's final period is a token,
+    other periods stay (17.99, e.g.). Double quotes become `` and ''. An approximation written
+    from nltk's documented and observed behaviour (nltk is not a dependency): sentence ends in
+    the middle of a text are guessed as punkt does for lower-cased text (a period after a word,
+    not after a number, a single letter, an abbreviation or a word with inner periods)."""
+    text = _QUOTE_OPEN.sub(r"\1 `` ", str(text))
+    text = text.replace('"', " '' ")
+    for pattern, repl in _PADDED:
+        text = pattern.sub(repl, text)
+    raw = text.split()
+    last = len(raw) - 1  # the text's last word (closing brackets and quotes after it aside)
+    while last >= 0 and raw[last] in _CLOSERS:
+        last -= 1
+    out: list[str] = []
+    for i, w in enumerate(raw):
+        if w.startswith("'") and len(w) > 1 and w.lower() not in _SUFFIX_WORDS and not w.startswith("''"):
+            out.append("'")
+            w = w[1:]
+        period = False  # the text's last period is a token; one in the middle too, but not after
+        if len(w) > 1 and w.endswith(".") and not w.endswith(".."):  # a number, letter or abbreviation
+            stem = w[:-1]
+            period = i == last or not (_NUMBER.match(stem) or len(stem) == 1 or "." in stem
+                                       or stem.lower() in _ABBREVIATIONS)
+            w = stem if period else w
+        closing = len(w) > 2 and w.endswith("''")  # 12'' (inches)
+        w = w[:-2] if closing else w
+        m = _SUFFIX.match(w) if w not in ("''", "'") else None
+        if w.lower() in _SPLIT_WORDS:
+            out.extend(_SPLIT_WORDS[w.lower()])
+        elif m and not (m.group(2) == "'" and m.group(1).endswith("'")):
+            out.extend([m.group(1), m.group(2)])
+        else:
+            out.append(w)
+        if closing:
+            out.append("''")
+        if period:
+            out.append(".")
+    return out
+
+
+def exact_match(ref: str, pred: str, semantics: str = "webarena") -> float:
+    return float(clean_answer(pred, semantics) == clean_answer(ref, semantics))
+
+
+def must_include(ref: str, pred: str, tokenize: bool = False, semantics: str = "webarena") -> float:
+    r, p = clean_answer(ref, semantics), clean_answer(pred, semantics)
+    if semantics == "vab":  # any one-word reference is a whole word of the answer, "/" splitting words too
+        if len(word_tokens(r)) == 1:
+            words = word_tokens(p)
+            return float(r in words or any(r in w.split("/") for w in words if "/" in w))
+        return float(r in p)
     if tokenize and len(r) == 1 and len(tokens(r)) == 1:
         return float(r in tokens(p))
     return float(r in p)
 
 
-def must_exclude(ref: str, pred: str) -> float:
-    r, p = clean_answer(ref), clean_answer(pred)
-    if len(tokens(r)) == 1:
-        return float(r not in tokens(p))
+def must_exclude(ref: str, pred: str, semantics: str = "webarena") -> float:
+    r, p = clean_answer(ref, semantics), clean_answer(pred, semantics)
+    split = word_tokens if semantics == "vab" else tokens
+    if len(split(r)) == 1:
+        return float(r not in split(p))
     return float(r not in p)
 
 
-def one_of(refs: list[str], pred: str) -> float:
-    p = clean_answer(pred)
-    return float(any(clean_answer(r) in p for r in refs))
+def one_of(refs: list[str], pred: str, semantics: str = "webarena") -> float:
+    p = clean_answer(pred, semantics)
+    return float(any(clean_answer(r, semantics) in p for r in refs))
 
 
 # --- the judge ------------------------------------------------------------------------
@@ -162,19 +273,29 @@ class CallableJudge:
 
 class OpenAIJudge:
     """A judge behind an OpenAI-compatible chat endpoint (`base_url`/chat/completions), as
-    WebArena's fuzzy match uses; greedy, one short reply per check."""
+    WebArena's fuzzy match uses; greedy, one short reply per check. `prompts` (kind -> a
+    template with {intent}, {reference} and {answer}), `system` (a system message first) and
+    `max_tokens` replace the defaults, e.g. to ask exactly what another harness's judge asks."""
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 timeout: float = 60.0, retries: int = 2):
+                 timeout: float = 60.0, retries: int = 2, prompts: Mapping[str, str] | None = None,
+                 system: str | None = None, max_tokens: int = 16):
         if not re.match(r"^https?://", base_url):
             raise ValueError(f"judge base_url must start with http:// or https://, got {base_url!r}")
+        unknown = sorted(set(prompts or {}) - set(JUDGE_PROMPT))
+        if unknown:
+            raise ValueError(f"judge prompts for unknown kinds {unknown}: expected {sorted(JUDGE_PROMPT)}")
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model, self.timeout, self.retries = model, float(timeout), int(retries)
         self.api_key = api_key if api_key is not None else os.environ.get(api_key_env, "")
+        self.prompts = {**JUDGE_PROMPT, **(prompts or {})}
+        self.system, self.max_tokens = system, int(max_tokens)
 
     def __call__(self, *, intent: str, reference: str, answer: str, kind: str) -> bool:
-        body = json.dumps({"model": self.model, "temperature": 0, "max_tokens": 16, "messages": [
-            {"role": "user", "content": JUDGE_PROMPT[kind].format(intent=intent, reference=reference, answer=answer)}]})
+        text = self.prompts[kind].format(intent=intent, reference=reference, answer=answer)
+        messages = [{"role": "system", "content": self.system}] if self.system else []
+        body = json.dumps({"model": self.model, "temperature": 0, "max_tokens": self.max_tokens,
+                           "messages": [*messages, {"role": "user", "content": text}]})
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
@@ -196,7 +317,8 @@ class OpenAIJudge:
 
 def make_judge(spec: Any) -> Judge | None:
     """A judge from config: None; a callable; {"kind": "openai", "base_url", "model", ["api_key_env"],
-    ["timeout"]}; or {"kind": "callable", "target": "package.module:function"}."""
+    ["timeout"], ["retries"], ["prompts"], ["system"], ["max_tokens"]}; or {"kind": "callable",
+    "target": "package.module:function"}."""
     if spec is None or isinstance(spec, (CallableJudge, OpenAIJudge)):
         return spec
     if callable(spec):
@@ -209,7 +331,9 @@ def make_judge(spec: Any) -> Judge | None:
         if missing:
             raise ValueError(f"judge kind 'openai' needs {missing}")
         return OpenAIJudge(spec["base_url"], spec["model"], api_key_env=spec.get("api_key_env", "OPENAI_API_KEY"),
-                           timeout=spec.get("timeout", 60.0), retries=spec.get("retries", 2))
+                           timeout=spec.get("timeout", 60.0), retries=spec.get("retries", 2),
+                           prompts=spec.get("prompts"), system=spec.get("system"),
+                           max_tokens=spec.get("max_tokens", 16))
     if kind == "callable":
         target = str(spec.get("target", ""))
         mod, _, name = target.partition(":")
@@ -220,25 +344,35 @@ def make_judge(spec: Any) -> Judge | None:
 
 
 def string_match(config: Mapping[str, Any], answer: str, judge: Judge | None) -> tuple[float, dict[str, float]]:
-    pred = clean_answer(answer)
+    sem = semantics_of(config)
+    pred = clean_answer(answer, sem)
     refs = config["eval"]["reference_answers"]
     score, details = 1.0, {}
     for approach, value in refs.items():
         if approach == "exact_match":
-            s = exact_match(str(value), pred)
+            s = exact_match(str(value), pred, sem)
         elif approach == "must_include":
             values = value if isinstance(value, list) else [value]
             s = 1.0
             for v in values:
-                s *= float(any(must_include(alt, pred, tokenize=len(values) == 1) for alt in str(v).split(OR)))
+                s *= float(any(must_include(alt, pred, len(values) == 1, sem) for alt in str(v).split(OR)))
         elif approach == "must_exclude":
             s = 1.0
             for v in (value if isinstance(value, list) else [value]):
-                s *= must_exclude(str(v), pred)
+                s *= must_exclude(str(v), pred, sem)
         elif approach == "one_of":
-            s = one_of([str(v) for v in (value if isinstance(value, list) else [value])], pred)
+            s = one_of([str(v) for v in (value if isinstance(value, list) else [value])], pred, sem)
+        elif approach == "fuzzy_match" and sem == "vab" and value == "N/A":
+            # VAB: the product so far times the exact "n/a" test; unless that is 1, the
+            # unachievable-task verdict replaces the product (earlier checks included)
+            score *= exact_match("N/A", pred, sem)
+            if score != 1.0:
+                score = float(_need(judge)(intent=config.get("intent", ""), answer=pred, kind="unachievable",
+                                           reference=config["eval"].get("string_note", "")))
+            details[approach] = score
+            continue
         elif approach == "fuzzy_match":
-            s = _fuzzy(config, value, pred, judge)
+            s = _fuzzy(config, value, pred, judge, sem)
         else:
             raise EvaluationError(f"unknown reference_answers kind {approach!r}")
         details[approach] = s
@@ -246,22 +380,32 @@ def string_match(config: Mapping[str, Any], answer: str, judge: Judge | None) ->
     return score, details
 
 
-def _fuzzy(config: Mapping[str, Any], value: Any, pred: str, judge: Judge | None) -> float:
+def _need(judge: Judge | None) -> Judge:
+    if judge is None:
+        raise JudgeError("fuzzy_match needs a judge (eval.judge in the config) and none is set")
+    return judge
+
+
+def _listed(value: Any) -> list[str]:
+    return [str(v) for v in (value if isinstance(value, list) else [value])]
+
+
+def _fuzzy(config: Mapping[str, Any], value: Any, pred: str, judge: Judge | None, semantics: str = "webarena") -> float:
     intent = config.get("intent", "")
     if value == "N/A":
         if exact_match("N/A", pred):
             return 1.0
-        if judge is None:
-            raise JudgeError("fuzzy_match needs a judge (eval.judge in the config) and none is set")
-        return float(judge(intent=intent, reference=config["eval"].get("string_note", ""), answer=pred, kind="unachievable"))
-    if judge is None:
-        raise JudgeError("fuzzy_match needs a judge (eval.judge in the config) and none is set")
+        return float(_need(judge)(intent=intent, reference=config["eval"].get("string_note", ""), answer=pred,
+                                  kind="unachievable"))
+    if semantics == "vab":  # VAB: one question with the references joined, whatever the answer
+        return float(_need(judge)(intent=intent, reference=", ".join(_listed(value)), answer=pred, kind="fuzzy"))
+    _need(judge)
     s = 1.0
-    for ref in (value if isinstance(value, list) else [value]):
+    for ref in _listed(value):
         if not pred:  # WebArena: an empty answer matches only an empty reference
-            s *= float(not str(ref))
+            s *= float(not ref)
         else:
-            s *= float(judge(intent=intent, reference=str(ref), answer=pred, kind="fuzzy"))
+            s *= float(judge(intent=intent, reference=ref, answer=pred, kind="fuzzy"))
     return s
 
 
@@ -278,6 +422,8 @@ def _split_url(url: str) -> tuple[str, dict[str, list[str]]]:
 
 
 def url_match(config: Mapping[str, Any], final_url: str) -> float:
+    if semantics_of(config) == "vab":
+        return _vab_url_match(config["eval"], final_url)
     refs = [_clean_url(u) for u in str(config["eval"]["reference_url"]).split(OR)]
     pred = _clean_url(final_url)
     rule = config["eval"].get("url_note") or "GOLD in PRED"
@@ -297,44 +443,81 @@ def url_match(config: Mapping[str, Any], final_url: str) -> float:
     return float(base_ok and query_ok)
 
 
+def _vab_url_match(ev: Mapping[str, Any], final_url: str) -> float:
+    def clean(url: Any) -> str:
+        url = str(url).replace("localhost", "127.0.0.1")
+        return url.removesuffix("/")
+
+    pred, refs = clean(final_url), [clean(u) for u in str(ev["reference_url"]).split(OR)]
+    rule = ev.get("url_note", "EXACT")  # VAB's default when the key is absent (null stays null: an error)
+    if rule == "EXACT":
+        return float(pred in refs)
+    if rule == "GOLD in PRED":
+        return float(any(ref in pred for ref in refs))
+    raise EvaluationError(f"unknown url_note {rule!r}: expected 'GOLD in PRED' or 'EXACT' (or none: EXACT)")
+
+
 # --- program_html -----------------------------------------------------------------------
 
 
 class PageProbe(Protocol):
     """How program_html reads pages: `text(url, js)` is the value of `js` on `url` (None: the
-    final page), `js` None meaning the page's HTML; a script error gives ""."""
+    final page), `js` None meaning the page's HTML; a script error gives "". A probe that
+    can also hand a helper a live page has `page(url)`, a context manager yielding the
+    Playwright page showing `url` (None: the final page), as `__page__` needs."""
 
     def text(self, url: str | None, js: str | None, prep_actions: list[str] | None = None) -> str: ...
 
 
-def call_helper(expr: str, helpers: Mapping[str, Callable[..., Any]], final_url: str) -> Any:
-    """Run "name(literal, ...)" with `name` one of `helpers`; __last_url__ is the final URL."""
+def _helper_call(expr: str, helpers: Mapping[str, Callable[..., Any]]) -> ast.Call:
     try:
         node = ast.parse(expr.strip(), mode="eval").body
     except SyntaxError as e:
         raise EvaluationError(f"helper call {expr!r} does not parse: {e.msg}") from e
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
         raise EvaluationError(f"helper call {expr!r}: expected name(arguments)")
-    name = node.func.id
-    if name not in helpers:
-        raise EvaluationError(f"unknown helper {name!r}: these sites provide {sorted(helpers)}")
+    if node.func.id not in helpers:
+        raise EvaluationError(f"unknown helper {node.func.id!r}: these sites provide {sorted(helpers)}")
+    return node
+
+
+def uses_page(expr: str) -> bool:
+    """Whether the helper call `expr` passes __page__ (then it needs a live page)."""
+    try:
+        node = ast.parse(expr.strip(), mode="eval").body
+    except SyntaxError:
+        return False
+    args = [*node.args, *(k.value for k in node.keywords)] if isinstance(node, ast.Call) else []
+    return any(isinstance(a, ast.Name) and a.id == "__page__" for a in args)
+
+
+def call_helper(expr: str, helpers: Mapping[str, Callable[..., Any]], final_url: str, page: Any = None) -> Any:
+    """Run "name(literal, ...)" with `name` one of `helpers`; __last_url__ is the final URL,
+    __page__ the live page `page` (an EvaluationError where none is given)."""
+    node = _helper_call(expr, helpers)
 
     def arg(a):
         if isinstance(a, ast.Name) and a.id == "__last_url__":
             return final_url
+        if isinstance(a, ast.Name) and a.id == "__page__":
+            if page is None:
+                raise EvaluationError(f"helper call {expr!r}: __page__ (the page at the check's url) is given only to "
+                                      "locator helpers, by a probe that opens pages")
+            return page
         try:
             value = ast.literal_eval(a)
         except ValueError as e:
-            raise EvaluationError(f"helper call {expr!r}: arguments must be literals or __last_url__") from e
+            raise EvaluationError(f"helper call {expr!r}: arguments must be literals, __last_url__ or __page__") from e
         return value.replace("__last_url__", final_url) if isinstance(value, str) else value
 
     args = [arg(a) for a in node.args]
     kwargs = {k.arg: arg(k.value) for k in node.keywords}
-    return helpers[name](*args, **kwargs)
+    return helpers[node.func.id](*args, **kwargs)
 
 
 def program_html(config: Mapping[str, Any], probe: PageProbe, final_url: str,
-                 helpers: Mapping[str, Callable[..., Any]]) -> tuple[float, list[float]]:
+                 helpers: Mapping[str, Callable[..., Any]], judge: Judge | None = None) -> tuple[float, list[float]]:
+    sem = semantics_of(config)
     score, per_target = 1.0, []
     for target in config["eval"]["program_html"]:
         url = str(target["url"])
@@ -347,24 +530,41 @@ def program_html(config: Mapping[str, Any], probe: PageProbe, final_url: str,
         elif locator.startswith(("document.", "[...document.")):
             selected = probe.text(page_url, locator, target.get("prep_actions"))
         elif locator.startswith("func:"):
-            selected = str(call_helper(locator[len("func:"):], helpers, final_url))
+            expr = locator[len("func:"):]
+            if uses_page(expr):
+                opener = getattr(probe, "page", None)
+                if opener is None:
+                    raise EvaluationError(f"helper call {expr!r} needs the page (__page__), and this probe opens none")
+                with opener(page_url) as page:
+                    value = call_helper(expr, helpers, final_url, page=page)
+            else:
+                value = call_helper(expr, helpers, final_url)
+            if value is None and sem == "vab":  # VAB: nothing selected, the page is wrong: the evaluator fails
+                per_target.append(0.0)
+                return 0.0, per_target
+            selected = str(value)
         else:
             raise EvaluationError(f"unknown locator {locator[:60]!r}: expected '', 'document...' or 'func:...'")
-        selected = html.unescape(selected or "")
+        selected = selected or ""
+        if sem != "vab":  # VAB matches the text as the page gave it
+            selected = html.unescape(selected)
         req = target["required_contents"]
         if "exact_match" in req:
-            s = exact_match(str(req["exact_match"]), selected)
+            s = exact_match(str(req["exact_match"]), selected, sem)
         elif "must_include" in req:
             s = 1.0
-            for content in req["must_include"]:
-                s *= float(any(must_include(alt, selected) for alt in str(content).split(OR)))
+            for content in _listed(req["must_include"]):
+                s *= float(any(must_include(alt, selected, False, sem) for alt in content.split(OR)))
         elif "must_exclude" in req:
             s = 1.0
-            for content in req["must_exclude"]:
-                s *= must_exclude(str(content), selected)
+            for content in _listed(req["must_exclude"]):
+                s *= must_exclude(content, selected, sem)
+        elif "fuzzy_match" in req:  # VAB's: one question, the references joined
+            s = float(_need(judge)(intent=config.get("intent", ""), reference=", ".join(_listed(req["fuzzy_match"])),
+                                   answer=selected, kind="fuzzy"))
         else:
-            raise EvaluationError(f"unknown required_contents {sorted(req)}: expected exact_match, must_include "
-                                  "or must_exclude")
+            raise EvaluationError(f"unknown required_contents {sorted(req)}: expected exact_match, must_include, "
+                                  "must_exclude or fuzzy_match")
         per_target.append(s)
         score *= s
     return score, per_target
@@ -384,6 +584,7 @@ def evaluate(config: Mapping[str, Any], answer: str, final_url: str, probe: Page
     details: dict[str, Any] = {}
     score = 1.0
     try:
+        semantics_of(config)
         for kind in config["eval"]["eval_types"]:
             if kind == "string_match":
                 s, d = string_match(config, answer, judge)
@@ -394,7 +595,7 @@ def evaluate(config: Mapping[str, Any], answer: str, final_url: str, probe: Page
             elif kind == "program_html":
                 if probe is None:
                     raise EvaluationError("program_html needs a page probe (a browser)")
-                s, per = program_html(config, probe, final_url, helpers or {})
+                s, per = program_html(config, probe, final_url, helpers or {}, judge)
                 details["program_html"] = {"score": s, "targets": per}
             else:
                 raise EvaluationError(f"unknown eval type {kind!r}")

@@ -7,7 +7,10 @@ WebArena-Lite harness (THUDM/VisualAgentBench @ 9055fc2, VAB-WebArena-Lite) agai
 standard WebArena docker sites, evaluating on the 165 Lite tasks and training on 582
 non-Lite ones. This module reads the same task files and builds the same split; the
 episodes run in this package's browser environment (env.WebEnv) and are scored by its
-evaluators (evaluators.py), so the task configs are kept exactly as WebArena/VAB wrote them.
+evaluators (evaluators.py), so the task configs are kept exactly as WebArena/VAB wrote them,
+plus one esopt field, "esopt_semantics" (see load_suite): the authors' scores came from VAB's
+evaluator (VAB-WebArena-Lite/new/evaluators.py, which differs from WebArena's in url_match,
+must_include, fuzzy_match and program_html; evaluators.py, "Semantics").
 
 Sites (`WEBARENA_SITES`: site -> default port; `SITE_PATHS`: the path part of the URL
 WebArena's README sets, e.g. SHOPPING_ADMIN=<host>:7780/admin):
@@ -46,6 +49,11 @@ Task files (`load_suite(path, subset, site_urls=None, ...) -> list[WebTask]`):
   files in the installed `libwebarena` (webarena/test.raw.json) or `browsergym-webarenalite`
   wheels. A missing file raises SuiteNotFoundError (a FileNotFoundError) saying where to get it.
   With `site_urls` the placeholders are filled in at load, else per episode from the sites.
+  `semantics` (the tasks' "esopt_semantics", how evaluators.py scores them): None gives "vab"
+  to the tasks read from VAB's Lite file and to the train/val tasks (the authors ran those
+  episodes through VAB's run.py too, run_webrl_lite_full_es_train.py), and "webarena" to Lite
+  tasks taken from WebArena's 812 (WebArena's unrevised configs, WebArena's evaluator); or
+  "vab"/"webarena" for all.
   `storage_state` (WebArena's "./.auth/<sites>_state.json"): with `auth_dir=None` it is dropped
   and the environment signs in through the logins below; with `auth_dir` it points at
   `auth_dir/<name>` (made by `write_storage_states`, or WebArena's browser_env/auto_login.py).
@@ -62,11 +70,11 @@ task files use (812 + 165 tasks): shopping_get_latest_order_url(),
 shopping_get_sku_latest_review_author(sku), shopping_get_sku_latest_review_rating(sku) (the
 shop's Magento REST API, signed in with the shop's admin account, as WebArena does),
 reddit_get_post_url(url) (URL arithmetic), gitlab_get_project_memeber_role(page, account)
-(WebArena's spelling; reads the project_members page). The last needs the page the
-evaluator opened (`__page__` in the task files), which evaluators.call_helper does not pass
-(it allows literals and __last_url__ only): such a task ends with an EvaluationError naming
-the limitation, unless it was loaded with `inline_helpers=True`, which rewrites that locator
-into the equivalent JavaScript locator ("[...document...]") the evaluator runs on that page.
+(WebArena's spelling; reads the project_members page). The last gets the page the evaluator
+opened at the check's URL (`__page__` in the task files: the environment's probe hands the
+helper a live page of the episode's browser context, evaluators.call_helper). Loading with
+`inline_helpers=True` instead rewrites that locator into the equivalent JavaScript locator
+("[...document...]"), which the evaluator runs on that page (the same result; not needed).
 
 `check_sites(urls, timeout_s)`: one GET per site, all at once; raises SitesUnreachableError
 naming every site that did not answer (or answered 5xx) with its URL and the reason.
@@ -113,7 +121,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from esopt.envs.web.evaluators import EvaluationError
+from esopt.envs.web.evaluators import SEMANTICS, SEMANTICS_FIELD, EvaluationError
 from esopt.envs.web.sites.server import Episode, FixedSites
 from esopt.envs.web.tasks import TaskFormatError, WebTask, load_tasks, placeholder
 
@@ -354,8 +362,9 @@ STORAGE_STATE_FILES = ("shopping_state.json", "shopping_admin_state.json", "redd
                        "gitlab.reddit_state.json")  # every storage_state the task files name
 
 
-def _adapt(cfg: dict, auth_dir: Path | None, inline_helpers: bool, missing: set[str]) -> dict:
+def _adapt(cfg: dict, auth_dir: Path | None, inline_helpers: bool, missing: set[str], semantics: str) -> dict:
     cfg = copy.deepcopy(cfg)
+    cfg[SEMANTICS_FIELD] = semantics
     state = cfg.get("storage_state")
     if isinstance(state, str) and state:
         if auth_dir is None:
@@ -372,7 +381,8 @@ def _adapt(cfg: dict, auth_dir: Path | None, inline_helpers: bool, missing: set[
 
 def load_suite(path: Any = None, subset: str = "lite", site_urls: Any = None, *, lite_ids: Any = None,
                auth_dir: str | os.PathLike | None = None, inline_helpers: bool = False, seed: int = RELEASED_SEED,
-               val_ratio: float = RELEASED_VAL_RATIO, verify_release: bool = True) -> list[WebTask]:
+               val_ratio: float = RELEASED_VAL_RATIO, verify_release: bool = True,
+               semantics: str | None = None) -> list[WebTask]:
     """WebArena tasks of `subset` ("lite" 165, "train" 582, "val" 65), as the module docstring says.
 
     `site_urls`: a host or URL mapping (as for `site_urls()`) to fill the placeholders in now;
@@ -380,9 +390,13 @@ def load_suite(path: Any = None, subset: str = "lite", site_urls: Any = None, *,
     LITE_TASK_IDS). `auth_dir`: where the storage_state files are (None: sign in with the logins).
     `inline_helpers`: rewrite `func:gitlab_get_project_memeber_role(__page__, ...)` locators.
     `verify_release`: with the released inputs (812 tasks, the Lite ids, seed and ratio), raise
-    TaskFormatError when the split's fingerprints differ from the authors'."""
+    TaskFormatError when the split's fingerprints differ from the authors'. `semantics`: the
+    evaluator semantics set on every task ("esopt_semantics"); None: "vab", except "webarena"
+    for Lite tasks taken from WebArena's own 812 configs."""
     if subset not in SUBSETS:
         raise ValueError(f"subset {subset!r}: expected one of {SUBSETS}")
+    if semantics is not None and semantics not in SEMANTICS:
+        raise ValueError(f"semantics {semantics!r}: expected one of {SEMANTICS} or None")
     src = _source(path, subset)
     files = _numbered_files(src) if src.is_dir() else [src]
     configs = [t.config for t in load_tasks(files)]  # validated, ids unique
@@ -425,7 +439,9 @@ def load_suite(path: Any = None, subset: str = "lite", site_urls: Any = None, *,
         chosen = [by_id[i] for i in (train if subset == "train" else val)]
     auth = Path(auth_dir).expanduser().resolve() if auth_dir is not None else None
     missing: set[str] = set()
-    adapted = [_adapt(c, auth, inline_helpers, missing) for c in chosen]
+    if semantics is None:  # VAB's evaluator scored the authors' episodes; WebArena's own configs get WebArena's
+        semantics = "webarena" if subset == "lite" and not lite_file else "vab"
+    adapted = [_adapt(c, auth, inline_helpers, missing, semantics) for c in chosen]
     if missing:
         raise SuiteNotFoundError(f"storage_state files missing in {auth}: {sorted(missing)}; write them with "
                                  "esopt.envs.web.webarena.write_storage_states(urls, auth_dir) (or WebArena's "
@@ -622,9 +638,8 @@ def make_helpers(urls: Any, *, admin: Mapping[str, str] | None = None,
         """The role of `account_name` on the project_members page `page` shows ("" if absent)."""
         if not hasattr(page, "evaluate"):
             raise EvaluationError(
-                "gitlab_get_project_memeber_role needs the evaluated page (__page__), which this package's "
-                "evaluator does not pass to helpers; load the suite with inline_helpers=True to evaluate it as a "
-                "JavaScript locator instead")
+                f"gitlab_get_project_memeber_role needs the evaluated page (__page__, a Playwright page), got "
+                f"{type(page).__name__}; the task file's call is gitlab_get_project_memeber_role(__page__, 'name')")
         try:
             value = page.evaluate(f"() => {member_role_js(account_name)}")
         except Exception:  # noqa: BLE001 - a wrong page selects nothing, as in WebArena

@@ -5,7 +5,8 @@ Each turn of an expert episode becomes one transcript: the prompt the agent woul
 (esopt.agent.rollout.build_messages, so the warm start matches the rollouts) and the
 expert's action. With `mistake_prob`, an action is preceded by a wrong one (an id the
 page does not have, or an unreadable reply) and the feedback it gets, so the model has
-seen the recovery. Episodes the expert does not finish with success are dropped.
+seen the recovery (only where the rest of the plan still fits the turn budget). Episodes
+the expert does not finish with success (a plan longer than max_turns) are dropped.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def demonstrations(tasks: Sequence[Any], make_env: Callable[[], Any], system: st
             expert = ScriptedExpert.for_task(task, env.site_urls)
             transcripts, info, done = [], {}, False
             while not done and not expert.done:
-                if rng.random() < mistake_prob:
+                left = env.max_turns - len(traj.turns) - (len(expert.plan) - expert.k)
+                if left > 0 and rng.random() < mistake_prob:  # only where the plan still fits the turn budget
                     bad = wrong_action(rng)
                     obs, _, done, info = env.step(bad)
                     traj.turns.append(Turn(bad, obs, 0.0))
