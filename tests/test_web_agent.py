@@ -151,7 +151,7 @@ def web_run(tmp_path_factory):
 def test_web_commands_record_the_browser_and_pass_the_audit(web_run):
     wd = web_run
     tasks = [json.loads(x) for x in (wd / "data/train/tasks.jsonl").read_text().splitlines()]
-    assert len(tasks) == 21 and all(t["config"]["split"] == "train" for t in tasks)  # one per template
+    assert len(tasks) == 6 and all(t["config"]["split"] == "train" for t in tasks)  # web.train.n
     model_rec = json.loads((wd / "models/web/provenance.json").read_text())
     assert model_rec["model"]["demonstration_turns"] > 4  # several turns per demonstrated task
     summary = json.loads((wd / "eval/base.json").read_text())
@@ -171,3 +171,29 @@ def test_web_commands_record_the_browser_and_pass_the_audit(web_run):
     checks = json.loads((wd / "audit.json").read_text())["checks"]
     assert not [c for c in checks if c["status"] == "fail"]
     assert any(c["name"] == "replay" and c["status"] == "ok" for c in checks)
+
+
+def test_real_sites_reset_before_every_generation_when_asked(tmp_path):
+    import http.server
+    import threading
+
+    from esopt.eval.tool_episodes import generation_reset
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        counter = tmp_path / "resets"
+        cfg = {"web": {"sites": {"shopping": url}, "reset": f"echo x >> {counter}", "reset_every": "generation"}}
+        assert generation_reset({"web": {**cfg["web"], "reset_every": "job"}}, "web") is None
+        assert generation_reset({"web": {"sites": "local"}}, "web") is None
+        assert generation_reset(cfg, "math") is None
+        reset = generation_reset(cfg, "web")
+        reset()
+        reset()
+        assert counter.read_text().count("x") == 2  # the command ran, then the sites answered
+        failing = generation_reset({"web": {**cfg["web"], "reset": "echo broken >&2; exit 3"}}, "web")
+        with pytest.raises(RuntimeError, match="broken"):
+            failing()
+    finally:
+        server.shutdown()

@@ -158,6 +158,17 @@ def episode_envs(cfg: dict[str, Any], benchmark: str, tools: Sequence[Tool]) -> 
                              crash_retries=w.get("crash_retries", 1), prompt_style=w.get("prompt_style", "full"))
 
 
+def generation_reset(cfg: dict[str, Any], benchmark: str) -> Callable[[], Any] | None:
+    """The real sites' reset before every training generation (web.reset_every: generation),
+    else None."""
+    w = cfg.get("web") or {}
+    if benchmark != "web" or not w.get("reset") or w.get("reset_every", "job") != "generation":
+        return None
+    from esopt.envs.web import webarena
+
+    return lambda: webarena.reset_sites(w["reset"], urls=w["sites"])
+
+
 @dataclass(frozen=True)
 class ToolEpisodeSpec:
     """Everything about a batch of agent episodes except the model, tasks and seed.

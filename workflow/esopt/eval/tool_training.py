@@ -142,7 +142,7 @@ def run_es(run: ToolRun, cfg, model, tok, tools, train, spec, resume_dir: Path, 
     from esopt.config import tool_es_settings
     from esopt.es import ESConfig, ESTrainer
     from esopt.es.history import History, weights_sha256
-    from esopt.eval.tool_episodes import run_tool_episodes, sample_batch, summarize_tool
+    from esopt.eval.tool_episodes import generation_reset, run_tool_episodes, sample_batch, summarize_tool
 
     e = tool_es_settings(cfg, run.benchmark)
     es_cfg = ESConfig.from_settings(e, e["population"], run.seed)
@@ -151,7 +151,11 @@ def run_es(run: ToolRun, cfg, model, tok, tools, train, spec, resume_dir: Path, 
     if prompt is not None:
         prompt.catch_up(len(History.load(history_path).generations) if history_path.exists() else 0)
 
+    reset_sites = generation_reset(cfg, run.benchmark)
+
     def fitness(member):
+        if reset_sites is not None and member.index == 0:  # real sites, fresh for every generation
+            reset_sites()
         counters: dict[str, int] = {}
         batch = sample_batch(train, e["tasks_per_member"], member.task_seed)
         skill = prompt.opt.context() if prompt else ""
@@ -194,14 +198,17 @@ def run_trace2skill(run: ToolRun, cfg, model, tok, tools, train, spec, traj_dir:
     from esopt.agent.rollout import kept_steps, write_trajectories
     from esopt.config import agent_section, tool_es_settings
     from esopt.es.trainer import task_seed
-    from esopt.eval.tool_episodes import run_tool_episodes, sample_batch, summarize_tool
+    from esopt.eval.tool_episodes import generation_reset, run_tool_episodes, sample_batch, summarize_tool
 
     generations = tool_es_settings(cfg, run.benchmark)["generations"]
     n = agent_section(cfg, run.benchmark)["trace2skill"]["rollouts_per_generation"]
     keep = kept_steps(generations)
     same_batches = SimpleNamespace(seed=run.seed)  # the task batches an ES run of this seed sees
     done = prompt.load()
+    reset_sites = generation_reset(cfg, run.benchmark)
     for t in tqdm(range(done, generations), initial=done, total=generations, desc="Trace2Skill generations"):
+        if reset_sites is not None:
+            reset_sites()
         tseed = task_seed(same_batches, t)
         trajs = run_tool_episodes(model, tok, spec, tools, sample_batch(train, n, tseed), seed=tseed,
                                   skill=prompt.opt.context())
