@@ -234,7 +234,7 @@ def test_every_job_lists_exactly_the_code_its_command_imports(workdir):
     smk(workdir)
     ran = job_metadata(workdir)
     assert {m["rule"] for m in ran.values()} == set(REPORTS) | {"build_model", "build_probe_model", "evaluate_base",
-        "train_es", "evaluate_es", "train_rl", "evaluate_rl", "memory", "check_models", *TOOL_JOBS, *AHD_JOBS}
+        "train_es", "evaluate_es", "train_rl", "evaluate_rl", "memory", "check_models", *TOOL_JOBS, *WEB_JOBS, *AHD_JOBS}
     imported = {cmd: package_files(jobs.code_files(cmd), ROOT) for cmd in {command_of(c, workdir) for c in ran}}
     listed = {c: package_files(m["input"], workdir) for c, m in ran.items()}
     for shellcmd, files in listed.items():
