@@ -39,6 +39,7 @@ PARAMETERS = {
     "sigma_ablation": ["evals", "horizon", "reference", "table", "figure", "title"],
     "wall_clock": ["budgets", "reference", "table", "figure", "title"],
     "tool_agents": ["evals", "columns", "reference", "table", "figure", "title"],
+    "webarena": ["evals", "eval_set", "reference", "table", "figure", "title"],
     "ahd": ["runs", "reference", "table", "figure", "title"],
 }
 TOOL_COLUMNS = {"math_dapo": "DAPO", "math_aime": "AIME", "docvqa_docvqa": "DocVQA"}
@@ -127,6 +128,15 @@ def write_tool_eval(root, method, benchmark, dataset, mean_at_k, seed=None, scor
         "sample_std": float(pd.Series(scores).std(ddof=0)), "tasks": 64})
 
 
+def write_web_eval(root, method, success: dict, seed=None):
+    """An `esopt evaluate-agent --benchmark web` summary under ROOT/results/eval/tiny-qwen35-web/web/."""
+    name = "lite" + ("" if seed is None else f"_s{seed}")
+    meta = {"method": method, "benchmark": "web", "dataset": "lite"} | ({} if seed is None else {"seed": seed})
+    return write_json(root / "results/eval/tiny-qwen35-web/web" / method / f"{name}.json", {
+        "benchmark": "web", "meta": meta, "k": 2, "mean_at_k": success["all"], "tasks": 59,
+        "by_site": {s: {"episodes": 40, "success": v} for s, v in success.items()}})
+
+
 def cosine(s0, s1, n):
     return [s1 + (s0 - s1) * (1 + math.cos(math.pi * t / (n - 1))) / 2 for t in range(n)]
 
@@ -164,6 +174,11 @@ def make_tree(root: Path) -> Path:
         for i, method in enumerate(["grpo", "esopt", "trace2skill", "esopt_trace2skill"]):
             for seed in (0, 1):
                 write_tool_eval(root, method, b, d, base + 0.02 * (i + 1) + 0.01 * seed, seed)
+    # web: No Skill once, trained methods over two seeds, success per site
+    write_web_eval(root, "no_skill", {"all": 0.2, "shopping": 0.3, "reddit": 0.1})
+    for i, method in enumerate(["esopt", "trace2skill", "esopt_trace2skill"]):
+        for seed in (0, 1):
+            write_web_eval(root, method, {"all": 0.25 + 0.02 * i + 0.01 * seed, "shopping": 0.35, "reddit": 0.15}, seed)
     for method, above in [("inference", 10 << 20), ("es", 11 << 20), ("grpo", 200 << 20), ("ppo", 400 << 20)]:
         write_memory(root, "tiny-qwen35-probe", method, 200 << 20, above)
     # heuristic design: 2 tasks x 2 searches x 1 budget x (base, esopt) x 2 repetitions
@@ -463,6 +478,9 @@ def notebook_params(root: Path, out: Path) -> dict[str, dict]:
                        "reference": {"esopt": 9.4, "grpo": 19.0}, **common("wall_clock")},
         "tool_agents": {"evals": ev("results/eval/tiny-qwen35-tools/tools/*/*.json"), "columns": [list(kv) for kv in TOOL_COLUMNS.items()],
                         "reference": {"DAPO": 13.8, "AIME": 15.0, "DocVQA": 12.3}, **common("tool_agents")},
+        "webarena": {"evals": ev("results/eval/tiny-qwen35-web/web/*/*.json"), "eval_set": "lite",
+                     "reference": {"no_skill": 29.47, "esopt": 36.16, "trace2skill": 33.94, "esopt_trace2skill": 36.36},
+                     **common("webarena")},
         "ahd": {"runs": ev("results/ahd/*/*/*/r*/result.json"), "reference": {"wins": 28, "comparisons": 36},
                 **common("ahd")},
     }

@@ -269,7 +269,7 @@ def test_the_audit_reads_the_settings_the_rule_passed(workdir):
         assert view in [ast.literal_eval(p) for p in meta["params"]], (meta["rule"], prov)
         checked.add(meta["rule"])
     assert checked == {"build_model", "build_probe_model", "evaluate_base", "train_es", "evaluate_es", "train_rl",
-                       "evaluate_rl", "memory", "check_models", *TOOL_JOBS, *AHD_JOBS}
+                       "evaluate_rl", "memory", "check_models", *TOOL_JOBS, *WEB_JOBS, *AHD_JOBS}
 
 
 def downstream(ran: dict[str, dict], start: set[str]) -> set[str]:
