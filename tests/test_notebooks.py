@@ -12,8 +12,9 @@ from pathlib import Path
 import nbformat
 import pandas as pd
 import pytest
-from esopt.report.ahd import ahd_comparisons, load_ahd_runs, win_summary
+
 from esopt.report.ablation import ablation_table, parse_flat_reference, plot_ablation
+from esopt.report.ahd import ahd_comparisons, load_ahd_runs, win_summary
 from esopt.report.curves import curves_table, load_runs, plot_curves
 from esopt.report.methods import LABELS, STYLES, load_budgets, methods_table
 from esopt.report.notebook import chdir_to_inputs, expand_paths, run_files
