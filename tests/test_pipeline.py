@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import psutil
 import pytest
-from conftest import ROOT
+from conftest import ROOT, require_web
 
 from esopt.config import load_config
 from esopt.provenance import jobs
@@ -39,6 +39,8 @@ def workdir(tmp_path_factory):
 
 
 def smk(wd, *args, check=True):
+    if "-n" not in args:  # the smoke DAG's web stage needs the browser (a dry run does not)
+        require_web()
     # every command run appends the esopt modules it loaded (esopt.cli.common.log_imports)
     env = {**os.environ, "ESOPT_IMPORT_LOG": str(wd / "imports.jsonl")}
     res = subprocess.run([*SNAKEMAKE, "--configfile", "config/smoke.yaml", "--cores", "2", *args],
