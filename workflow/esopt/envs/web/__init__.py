@@ -1,4 +1,4 @@
-"""WebArena-Lite at tiny scale: local web sites, a real browser, and WebArena's evaluators.
+"""WebArena-Lite: local web sites (or the real WebArena ones), a real browser, and WebArena's evaluators.
 
 The agent gets a task in WebArena's JSON format (an intent and a start URL), sees the
 page as an accessibility tree with element ids (or the WebRL authors' simplified HTML),
@@ -10,7 +10,8 @@ program_html on the sites' state.
 Sites: a shop with an admin view, a forum and a code host (Flask on SQLite, seeded by
 one seed), served on localhost; every episode works on its own fresh copy of every
 database, under its own URL prefix. The real WebArena sites plug in as FixedSites with
-their URLs; task files load with `load_tasks(paths, site_urls)`.
+their URLs; task files load with `load_tasks(paths, site_urls)`, the real suite with
+`webarena.load_suite` (imported on demand: `from esopt.envs.web import webarena`).
 
 Needs the `web` extra (`pip install -e ".[web]"`: Flask, Playwright) and Debian's
 `chromium`; importing this package needs neither, using it raises WebDependencyError
@@ -26,6 +27,8 @@ Modules:
   templates   the task templates over the seeded sites: generate_tasks, split_of
   expert      ScriptedExpert: solves generated tasks through the action interface
   sites/      the local sites (data, schemas, Flask apps, the server process)
+  webarena    the real suite: WebArena-Lite's 165 tasks, the authors' 582 training tasks, the
+              real sites' URLs, logins, helpers, reachability check and reset
   measure     latency and throughput numbers (python -m esopt.envs.web.measure)
   deps        dependency checks with install hints
 """
