@@ -90,12 +90,7 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
         raise ConfigError(f"{source}: model names must be unique, got {names}")
     for i, m in enumerate(all_models(config)):
         where = "model" if i == 0 else f"population_study.models[{i - 1}]"
-        if m["source"] == "tiny" and not {"tiny", "warmstart"} <= set(m):
-            raise ConfigError(f"{source}: {where}: source 'tiny' needs tiny and warmstart blocks")
-        if m["source"] == "hub" and "hub" not in m:
-            raise ConfigError(f"{source}: {where}: source 'hub' needs hub.repo_id and hub.revision")
-        if m["source"] == "local" and not m.get("local_path"):
-            raise ConfigError(f"{source}: {where}: source 'local' needs local_path")
+        _check_source(m, f"{source}: {where}")
         _check_expect(m, f"{source}: {where}.expect", {str(h) for h in config["sudoku"]["horizons"]},
                       "H* {bad} are not in sudoku.horizons (the base is evaluated there)")
     ta = config.get("tool_agents") or {}
@@ -104,14 +99,8 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
         _check_expect(ta["model"], f"{source}: tool_agents.model.expect", sets,
                       "{bad} are not evaluation sets BENCHMARK/SET of tool_agents.benchmarks")
     web = config.get("web") or {}
-    wm = web.get("model") or {}
-    if wm.get("source") == "tiny" and not {"tiny", "warmstart"} <= set(wm):
-        raise ConfigError(f"{source}: web.model: source 'tiny' needs tiny and warmstart blocks")
-    if wm.get("source") == "hub" and not (wm.get("hub") or wm.get("local_path")):
-        raise ConfigError(f"{source}: web.model: source 'hub' needs hub.repo_id and hub.revision, or local_path")
-    if wm.get("source") == "local" and not wm.get("local_path"):
-        raise ConfigError(f"{source}: web.model: source 'local' needs local_path")
     if web.get("model"):
+        _check_source(web["model"], f"{source}: web.model", local_for_hub=True)
         _check_expect(web["model"], f"{source}: web.model.expect", {f"web/{d}" for d in web["eval"]},
                       "{bad} are not evaluation sets web/SET of web.eval")
     ahd = config.get("ahd") or {}
@@ -250,6 +239,18 @@ def _check_web(web: dict[str, Any], source: str) -> None:
     missing = [k for k in need if not judge.get(k)]
     if missing:
         raise ConfigError(f"{source}: web.judge of kind {judge['kind']} needs {missing}")
+
+
+def _check_source(m: dict[str, Any], where: str, local_for_hub: bool = False) -> None:
+    """The blocks a model's source needs: tiny and warmstart; hub (or, with local_for_hub, a
+    pre-staged local_path instead); local_path."""
+    if m["source"] == "tiny" and not {"tiny", "warmstart"} <= set(m):
+        raise ConfigError(f"{where}: source 'tiny' needs tiny and warmstart blocks")
+    if m["source"] == "hub" and not ("hub" in m or (local_for_hub and m.get("local_path"))):
+        raise ConfigError(f"{where}: source 'hub' needs hub.repo_id and hub.revision"
+                          + (", or local_path" if local_for_hub else ""))
+    if m["source"] == "local" and not m.get("local_path"):
+        raise ConfigError(f"{where}: source 'local' needs local_path")
 
 
 def _check_expect(m: dict[str, Any], where: str, keys: set[str], unknown: str) -> None:

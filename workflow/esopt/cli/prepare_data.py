@@ -103,11 +103,12 @@ def main_fn(args: argparse.Namespace) -> int:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    tasks, inputs = build_tasks(args.benchmark, args.set, spec, out, site_seed=(cfg.get("web") or {}).get("site_seed", 0))
+    site_seed = (cfg.get("web") or {}).get("site_seed", 0)
+    tasks, inputs = build_tasks(args.benchmark, args.set, spec, out, site_seed=site_seed)
     if not tasks:
         raise ValueError(f"{args.benchmark} set {args.set!r} has no tasks")
     prov = Provenance("prepare-data", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
-                      seeds={"data": (cfg["web"].get("site_seed", 0) if args.benchmark == "web" else spec.get("seed", 0))},
+                      seeds={"data": site_seed if args.benchmark == "web" else spec.get("seed", 0)},
                       inputs=[args.config, *inputs])
     tasks_file = write_tasks(out, tasks)
     if args.benchmark == "docvqa":  # read every image once, here (see tool_episodes.make_tools)

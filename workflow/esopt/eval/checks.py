@@ -51,12 +51,10 @@ MEASURES: dict[str, Measure] = {
     "tools": Measure("mean_at_k", "set", lambda s: f"{s['benchmark']}/{s['meta']['dataset']}",
                      lambda s: s["k"] * s["tasks"] if "k" in s and "tasks" in s else None, "set {}",
                      lambda s: s["meta"].get("method") == "no_skill" and not s.get("skill")),
-    "web": Measure("mean_at_k", "set", lambda s: f"web/{s['meta']['dataset']}",
-                   lambda s: s["k"] * s["tasks"] if "k" in s and "tasks" in s else None, "set {}",
-                   lambda s: s["meta"].get("method") == "no_skill" and not s.get("skill")),
     "ahd": Measure("valid_rate", "task", lambda s: s["task"], lambda s: s.get("samples"), "task {}",
                    lambda s: s.get("search") == "sample" and not s.get("es")),
 }
+MEASURES["web"] = MEASURES["tools"]  # the same evaluate-agent summaries, keyed web/SET
 
 
 def check_rows(summaries: Iterable[dict[str, Any]], expect: dict[Any, list[float]], model: str,

@@ -70,6 +70,23 @@ def tool_agents_table(evals: pd.DataFrame, columns: Mapping[str, str],
     return pd.DataFrame(out)
 
 
+def grouped_bars(ax, tab: pd.DataFrame, groups: Sequence[str], colors: Mapping[str, str]) -> tuple[list[list[float]], float]:
+    """One bar per row of `tab` (a method) in each group, heights `GROUP mean`, error bars
+    `GROUP std` (none where NaN); returns each row's bar positions and the bar width."""
+    n = len(tab)
+    width = 0.8 / max(n, 1)
+    positions = []
+    for i in range(n):
+        row = tab.iloc[i]
+        xs = [j + (i - (n - 1) / 2) * width for j in range(len(groups))]
+        ys = [row[f"{g} mean"] for g in groups]
+        errs = [0.0 if pd.isna(row[f"{g} std"]) else row[f"{g} std"] for g in groups]
+        ax.bar(xs, ys, width, yerr=errs, capsize=2, color=colors.get(row["method"]), label=row["label"])
+        positions.append(xs)
+    ax.set_xticks(range(len(groups)), list(groups))
+    return positions, width
+
+
 def plot_tool_agents(tab: pd.DataFrame, columns: Mapping[str, str], path: str | os.PathLike, title: str = "") -> None:
     """Grouped bars: Mean@k per evaluation set, one bar per method, error bars = std over seeds."""
     import matplotlib
@@ -78,16 +95,8 @@ def plot_tool_agents(tab: pd.DataFrame, columns: Mapping[str, str], path: str | 
     import matplotlib.pyplot as plt
 
     labels = list(columns.values())
-    n = len(tab)
-    width = 0.8 / max(n, 1)
     fig, ax = plt.subplots(figsize=(1.6 + 1.9 * len(labels), 3.4))
-    for i in range(n):
-        row = tab.iloc[i]
-        xs = [j + (i - (n - 1) / 2) * width for j in range(len(labels))]
-        ys = [row[f"{lab} mean"] for lab in labels]
-        errs = [0.0 if pd.isna(row[f"{lab} std"]) else row[f"{lab} std"] for lab in labels]
-        ax.bar(xs, ys, width, yerr=errs, capsize=2, color=COLORS.get(row["method"]), label=row["label"])
-    ax.set_xticks(range(len(labels)), labels)
+    grouped_bars(ax, tab, labels, COLORS)
     ax.set_ylabel("Mean@k (points)")
     ax.set_ylim(0, 100)
     ax.legend(fontsize=7, ncol=2, frameon=False)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from esopt.report.files import save_figure
+from esopt.report.tool_agents import grouped_bars
 
 METHODS = ["no_skill", "esopt", "trace2skill", "esopt_trace2skill"]
 LABELS = {"no_skill": "No Skill", "esopt": "Agentic ESOpt", "trace2skill": "Trace2Skill",
@@ -80,19 +81,13 @@ def plot_webarena(tab: pd.DataFrame, path: str | os.PathLike, title: str = "") -
     import matplotlib.pyplot as plt
 
     sites = [c[: -len(" mean")] for c in tab.columns if c.endswith(" mean")]
-    n = len(tab)
-    width = 0.8 / max(n, 1)
     fig, ax = plt.subplots(figsize=(1.6 + 1.5 * len(sites), 3.4))
-    for i in range(n):
-        row = tab.iloc[i]
-        xs = [j + (i - (n - 1) / 2) * width for j in range(len(sites))]
-        ys = [row[f"{s} mean"] for s in sites]
-        errs = [0.0 if pd.isna(row[f"{s} std"]) else row[f"{s} std"] for s in sites]
-        ax.bar(xs, ys, width, yerr=errs, capsize=2, color=COLORS.get(row["method"]), label=row["label"])
-        if "paper" in tab.columns and not pd.isna(row["paper"]):
-            ax.plot([xs[0] - width / 2, xs[0] + width / 2], [row["paper"]] * 2, color="k", lw=2,
+    positions, width = grouped_bars(ax, tab, sites, COLORS)
+    for i, xs in enumerate(positions):
+        paper = tab.iloc[i].get("paper", float("nan"))
+        if not pd.isna(paper):
+            ax.plot([xs[0] - width / 2, xs[0] + width / 2], [paper] * 2, color="k", lw=2,
                     label="paper" if i == 0 else None)
-    ax.set_xticks(range(len(sites)), sites)
     ax.set_ylabel("success (%)")
     ax.set_ylim(0, 100)
     ax.legend(fontsize=7, ncol=2, frameon=False)

@@ -39,7 +39,8 @@ def demonstrations(tasks: Sequence[Any], make_env: Callable[[], Any], system: st
     for task in tqdm(tasks, desc="web demonstrations", disable=not progress):
         env = make_env()
         try:
-            traj = Trajectory(task.id, system, env.reset(task))
+            obs = env.reset(task)
+            traj = Trajectory(task.id, system, obs)
             expert = ScriptedExpert.for_task(task, env.site_urls)
             transcripts, info, done = [], {}, False
             while not done and not expert.done:
@@ -50,7 +51,7 @@ def demonstrations(tasks: Sequence[Any], make_env: Callable[[], Any], system: st
                     traj.turns.append(Turn(bad, obs, 0.0))
                     if done:
                         break
-                action = expert.act(traj.turns[-1].observation if traj.turns else traj.first_observation)
+                action = expert.act(obs)
                 transcripts.append(build_messages(traj, history_turns) + [{"role": "assistant", "content": action}])
                 obs, _, done, info = env.step(action)
                 traj.turns.append(Turn(action, obs, 0.0))
