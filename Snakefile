@@ -41,6 +41,11 @@ rule all:
         rules.report_ahd.output if AHD else [],
 
 
+# A cluster run stops before its first job while something it needs is missing (esopt preflight).
+onstart:
+    preflight_or_stop(workflow)
+
+
 # The model checks warn in their logs; say it again where nobody can miss it.
 onsuccess:
     from esopt.eval.checks import outside_message

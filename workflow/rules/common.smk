@@ -1,5 +1,6 @@
 # Config loading, target lists and helpers shared by the rules.
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -253,3 +254,29 @@ def web_evaluations():
     base = [f"{R}/eval/{WEB_MODEL}/web/no_skill/{d}.json" for d in WEB_SETS if "no_skill" in WEB.get("methods", [])]
     runs = [f"{R}/eval/{WEB_MODEL}/web/{m}/{d}_s{s}.json" for m in WEB_METHODS for d in WEB_SETS for s in WEB_SEEDS]
     return base + runs
+
+
+def preflight_or_stop(workflow):
+    """A cluster run (any executor but local) first checks that everything its jobs need
+    is in place (esopt.cluster.preflight, as `esopt preflight`) and prints what the planned
+    jobs ask for; while something is missing it stops before submitting a job.
+    ESOPT_SKIP_PREFLIGHT=1 skips the checks (the plan is still printed)."""
+    if workflow.local_exec or workflow.remote_exec:
+        return
+    from snakemake.exceptions import WorkflowError
+
+    from esopt.cluster.plan import cost_rows, format_cost, measured_runtimes, request
+    from esopt.cluster.preflight import preflight, report
+
+    planned = [request(j.rule.name, dict(j.resources.items()), [str(f) for f in j.input])
+               for j in workflow.dag.needrun_jobs()]
+    print(f"planned jobs:\n{format_cost(cost_rows(planned, measured_runtimes(f'{R}/tables/runtimes.csv')))}\n",
+          file=sys.stderr)
+    if os.environ.get("ESOPT_SKIP_PREFLIGHT") == "1":
+        print("preflight skipped (ESOPT_SKIP_PREFLIGHT=1)", file=sys.stderr)
+        return
+    problems = preflight(config, planned, R)
+    print(report(problems), file=sys.stderr)
+    if problems:
+        raise WorkflowError(f"preflight: {len(problems)} thing(s) missing (listed above); no job was submitted. "
+                            "Fix them, or set ESOPT_SKIP_PREFLIGHT=1 to start anyway.")

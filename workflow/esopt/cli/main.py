@@ -10,7 +10,7 @@ COMMANDS = (
     "build-model", "train-es", "train-rl", "evaluate", "check-models", "memory",
     "prepare-data", "build-tool-model", "build-web-model", "train-agent", "evaluate-agent",
     "build-ahd-model", "search-heuristics",
-    "replay", "audit",
+    "replay", "audit", "preflight",
 )
 USAGE = "usage: esopt <command> [options]   (esopt <command> --help: its options)\n\ncommands:\n" + \
     "\n".join(f"  {c}" for c in COMMANDS)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from esopt.io import write_json_atomic
-from esopt.models.hub import download_snapshot, weight_hashes
+from esopt.models.hub import cached_snapshot, download_snapshot, weight_hashes
 from esopt.models.load import check_model_dir, save_model
 from esopt.models.sft import SFTSettings, Transcript, supervised_fine_tune
 from esopt.models.tiny import build_tiny_model
@@ -61,26 +61,27 @@ def build_tiny(spec: dict[str, Any], transcripts: Sequence[Transcript], sft: SFT
 
 
 def stage(spec: dict[str, Any], out: str | Path, where: str = "model") -> tuple[dict[str, Any], list[str]]:
-    """A hub model at `out`: its local_path linked file by file, else a snapshot at the
-    pinned revision. Returns what the record says of its source, and the directories it
-    read (inputs of the record)."""
+    """A hub model at `out`: its local_path, or the pinned revision's snapshot in the local
+    Hugging Face cache (`hf download` on a node with network), linked file by file; else a
+    download of that snapshot. Returns what the record says of its source, and the
+    directories it read (inputs of the record)."""
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)
-    local = spec.get("local_path")
-    if local:  # pre-staged weights stay where they are
-        src = Path(local).expanduser().resolve()
+    local, hub = spec.get("local_path"), spec.get("hub") or {}
+    if not local and (not hub.get("repo_id") or not hub.get("revision")):
+        raise ValueError(f"{where} with source: hub needs hub.repo_id and hub.revision (or a local_path)")
+    src = Path(local).expanduser().resolve() if local else cached_snapshot(hub["repo_id"], hub["revision"])
+    pinned = {} if local else {"repo_id": hub["repo_id"], "revision": hub["revision"]}
+    if src is not None:  # pre-staged weights stay where they are
         check_model_dir(src)  # a bad local_path fails here, not in the first job that loads it
         out.mkdir(parents=True)
         for f in src.iterdir():
             if f.name not in STAGED_ASIDE:
                 (out / f.name).symlink_to(f)
-        return {"name": spec["name"], "source": str(src)}, [str(src)]
-    hub = spec.get("hub") or {}
-    if not hub.get("repo_id") or not hub.get("revision"):
-        raise ValueError(f"{where} with source: hub needs hub.repo_id and hub.revision (or a local_path)")
+        return {"name": spec["name"], "source": str(src), **pinned}, [str(src)]
     download_snapshot(hub["repo_id"], hub["revision"], out)
-    return {"name": spec["name"], "repo_id": hub["repo_id"], "revision": hub["revision"]}, []
+    return {"name": spec["name"], **pinned}, []
 
 
 def hash_weights(out: str | Path) -> dict[str, str]:

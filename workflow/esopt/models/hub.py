@@ -26,6 +26,18 @@ def prestage_hint(repo_id: str, revision: str) -> str:
     )
 
 
+def cached_snapshot(repo_id: str, revision: str) -> Path | None:
+    """The snapshot of `repo_id` at `revision` in the local Hugging Face cache (HF_HOME /
+    HF_HUB_CACHE, as `hf download` fills it), or None; never touches the network."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id=repo_id, revision=revision, local_files_only=True))
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        return None
+
+
 def download_snapshot(repo_id: str, revision: str, out: str | os.PathLike) -> Path:
     """snapshot_download at a pinned revision into `out`; fails at once without network."""
     from huggingface_hub import snapshot_download

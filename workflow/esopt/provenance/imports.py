@@ -94,6 +94,14 @@ def direct_dependencies(path: Path, name: str | None = None) -> tuple[set[str], 
 
 
 @lru_cache(maxsize=None)
+def _module_dependencies(name: str) -> tuple[frozenset[str], frozenset[Path]]:
+    """direct_dependencies of one module, parsed once per process (every command's closure
+    shares most modules; parsing them again for each took most of a Snakefile's parse)."""
+    mods, files = direct_dependencies(module_file(name), name)
+    return frozenset(mods), frozenset(files)
+
+
+@lru_cache(maxsize=None)
 def _closure(name: str) -> frozenset[Path]:
     seen: set[str] = set()
     files: set[Path] = set()
@@ -105,7 +113,7 @@ def _closure(name: str) -> frozenset[Path]:
         seen.add(m)
         f = module_file(m)
         files.add(f.resolve())
-        mods, extra = direct_dependencies(f, m)
+        mods, extra = _module_dependencies(m)
         files |= extra
         todo += sorted(mods - seen)
     return frozenset(files)

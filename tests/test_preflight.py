@@ -1,0 +1,259 @@
+"""esopt preflight: each missing thing of a cluster run is found, on fake staging directories
+(a Hugging Face cache, an `hf download --local-dir` copy, task files, sinfo/sacctmgr stubs),
+with how to fix it; the plan's GPU-hours; staging a hub model from the cache."""
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import huggingface_hub.constants
+import pytest
+import yaml
+from conftest import ROOT, SMOKE
+
+from esopt.cluster.plan import JobRequest, cost_rows, format_cost, gpus_of, parse_dry_run, request
+from esopt.cluster.preflight import (check_data, check_disk, check_extras, check_models, check_slurm, preflight,
+                                     report)
+from esopt.config import load_config
+
+REPO, REV = "Qwen/Qwen3.5-4B", "851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a"
+
+
+def sha256(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def hf_cache(tmp_path, monkeypatch):
+    cache = tmp_path / "hub"
+    cache.mkdir()
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    return cache
+
+
+def stage_in_cache(cache: Path, model_dir: Path, repo: str = REPO, rev: str = REV) -> Path:
+    """`model_dir` laid out as `hf download` leaves a snapshot: blobs named by their sha256,
+    the snapshot's files linking to them."""
+    root = cache / f"models--{repo.replace('/', '--')}"
+    snap = root / "snapshots" / rev
+    (root / "blobs").mkdir(parents=True)
+    snap.mkdir(parents=True)
+    for f in model_dir.iterdir():
+        if f.is_file() and f.name not in ("provenance.json", "weights.sha256.json"):  # the build's own records
+            blob = root / "blobs" / sha256(f)
+            shutil.copyfile(f, blob)
+            (snap / f.name).symlink_to(os.path.relpath(blob, snap))
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(rev)
+    return snap
+
+
+def hub_config(**model) -> dict:
+    cfg = load_config(SMOKE)
+    cfg["model"] = {"name": "qwen3.5-4b", "source": "hub", "dtype": "bfloat16",
+                    "hub": {"repo_id": REPO, "revision": REV}, "local_path": None, **model}
+    return cfg
+
+
+def whats(problems) -> list[str]:
+    return [p.what for p in problems]
+
+
+# ---- models --------------------------------------------------------------------------
+
+
+def test_a_hub_model_that_is_not_staged_is_named_with_the_download_command(hf_cache):
+    problems = check_models(hub_config())
+    assert len(problems) == 1 and "not staged" in problems[0].what and REPO in problems[0].what
+    assert f"hf download {REPO} --revision {REV}" in problems[0].fix
+
+
+def test_a_hub_model_in_the_cache_passes_and_a_corrupt_blob_is_caught(hf_cache, smoke_model):
+    snap = stage_in_cache(hf_cache, smoke_model)
+    assert check_models(hub_config()) == []
+    weights = (snap / "model.safetensors").resolve()
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # one flipped bit in the last tensor: headers still fine, the hash is not
+    weights.write_bytes(bytes(data))
+    problems = check_models(hub_config())
+    assert len(problems) == 1 and "sha256" in problems[0].what and "model.safetensors" in problems[0].what
+    assert check_models(hub_config(), hashes=False) == []  # --skip-hashes
+
+
+def test_an_unpinned_revision_is_a_problem(hf_cache, smoke_model):
+    stage_in_cache(hf_cache, smoke_model)
+    problems = check_models(hub_config(hub={"repo_id": REPO, "revision": "main"}))
+    assert any("'main' is not pinned" in w for w in whats(problems))
+
+
+def test_a_local_dir_downloaded_at_another_commit_or_broken_is_caught(tmp_path, smoke_model):
+    local = tmp_path / "Qwen3.5-4B"
+    shutil.copytree(smoke_model, local)
+    meta = local / ".cache" / "huggingface" / "download"
+    meta.mkdir(parents=True)
+    (meta / "model.safetensors.metadata").write_text(f"{'0' * 40}\n{sha256(local / 'model.safetensors')}\n1.0\n")
+    problems = check_models(hub_config(local_path=str(local)))
+    assert len(problems) == 1 and f"downloaded at commit {'0' * 40}, the config pins {REV}" in problems[0].what
+    (meta / "model.safetensors.metadata").write_text(f"{REV}\n{'a' * 64}\n1.0\n")  # the recorded hash differs
+    assert "sha256" in whats(check_models(hub_config(local_path=str(local))))[0]
+    (local / "config.json").unlink()
+    assert "config.json" in whats(check_models(hub_config(local_path=str(local))))[0]
+
+
+def test_build_model_stages_a_cached_snapshot_offline(tmp_path, hf_cache, smoke_model):
+    stage_in_cache(hf_cache, smoke_model)
+    cfg = yaml.safe_load(SMOKE.read_text())
+    cfg["model"].update({"source": "hub", "hub": {"repo_id": REPO, "revision": REV}})
+    config = tmp_path / "hub.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hf_cache)}
+    out = tmp_path / "models" / "staged"
+    subprocess.run([sys.executable, "-m", "esopt.cli.build_model", "--config", str(config), "--out", str(out)],
+                   check=True, capture_output=True, env=env)
+    assert (out / "model.safetensors").resolve() == (hf_cache / f"models--{REPO.replace('/', '--')}" / "blobs" /
+                                                     sha256(smoke_model / "model.safetensors"))
+    record = json.loads((out / "provenance.json").read_text())
+    assert record["model"]["revision"] == REV
+
+
+# ---- data and extras ---------------------------------------------------------------------
+
+
+def test_missing_task_files_and_uncached_hub_data_sets_are_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
+    cfg = load_config(ROOT / "config" / "paper.yaml")
+    problems = whats(check_data(cfg))
+    assert "web.eval.lite: data/webarena/test_webarena_lite.raw.json does not exist" in problems
+    assert any(w.startswith("tool_agents.benchmarks.math.eval.aime: data set MathArena/aime_2026") for w in problems)
+    present = tmp_path / "lite.json"
+    present.write_text("[]")
+    cfg["web"]["eval"]["lite"]["path"] = str(present)
+    assert not any(w.startswith("web.eval.lite") for w in whats(check_data(cfg)))
+
+
+def test_a_vllm_engine_without_vllm_and_a_judge_without_its_key_are_named(monkeypatch):
+    pytest.importorskip("flask")
+    if __import__("importlib").util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    cfg = load_config(ROOT / "config" / "paper.yaml")
+    cfg["engine"]["sudoku"] = "vllm"
+    cfg["web"]["sites"] = None  # sites are probed in their own test below
+    problems = whats(check_extras(cfg))
+    assert any("engine vllm (engine.sudoku)" in w for w in problems)
+    assert any("$OPENAI_API_KEY is not set" in w for w in problems)
+
+
+def test_unreachable_webarena_sites_are_named():
+    pytest.importorskip("flask")
+    cfg = load_config(ROOT / "config" / "paper.yaml")
+    cfg["web"]["sites"] = {"shopping": "http://127.0.0.1:9"}  # the discard port: refused
+    assert any("shopping at http://127.0.0.1:9" in w for w in whats(check_extras(cfg)))
+
+
+# ---- SLURM ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+    """sinfo and sacctmgr stubs: partition cpu (no GPUs) and gpu (nodes with 4 h100 and 2 a100), account proj."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sinfo").write_text("#!/bin/sh\nprintf 'cpu|(null)\\ngpu|gpu:h100:4(S:0-1)\\ngpu|gpu:a100:2\\n'\n")
+    (bin_dir / "sacctmgr").write_text("#!/bin/sh\necho proj\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_partitions_gpu_types_counts_and_accounts_are_checked_against_sinfo(fake_slurm):
+    ok = [JobRequest("train_es", gpus=4, partition="gpu", gpu_model="h100", account="proj"),
+          JobRequest("build_model", partition="cpu")]
+    assert check_slurm(ok) == []
+    bad = [JobRequest("train_rl", gpus=1, partition="gpus"),
+           JobRequest("train_web", gpus=4, partition="gpu", gpu_model="a100"),
+           JobRequest("memory", gpus=1, partition="cpu"),
+           JobRequest("evaluate_es", gpus=1, partition="gpu", account="other")]
+    problems = whats(check_slurm(bad))
+    assert problems[0].startswith("partition 'gpus' (asked by train_rl) does not exist; sinfo lists cpu, gpu")
+    assert "train_web asks for 4 GPU(s) of type a100 on one node of partition gpu, whose nodes have a100:2, h100:4" \
+        in problems
+    assert any(p.startswith("memory asks for 1 GPU(s) on one node of partition cpu") for p in problems)
+    assert any(p.startswith("account 'other' is not one of yours") for p in problems)
+    assert len(problems) == 4
+
+
+def test_without_sinfo_a_cluster_plan_says_where_to_run(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sinfo
+    problems = check_slurm([JobRequest("train_es", gpus=1, partition="gpu")])
+    assert len(problems) == 1 and "sinfo" in problems[0].what and "login node" in problems[0].fix
+    assert check_slurm([JobRequest("build_model")]) == []  # a local plan asks SLURM for nothing
+
+
+# ---- disk and the plan ---------------------------------------------------------------------
+
+
+def test_disk_room_is_checked_against_the_planned_checkpoints(tmp_path, smoke_model, monkeypatch):
+    cfg = hub_config(local_path=str(smoke_model))
+    jobs = [JobRequest("train_es", models=("qwen3.5-4b",))] * 3 + [JobRequest("train_rl", models=("qwen3.5-4b",))]
+    weights = (smoke_model / "model.safetensors").stat().st_size
+    assert check_disk(cfg, jobs, tmp_path / "results") == []
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10 * weights, 0, 9 * weights))
+    problems = check_disk(cfg, jobs, tmp_path / "results")  # 3 ES models + RL's model and optimizer: 10x
+    assert len(problems) == 1 and "the planned checkpoints need" in problems[0].what
+
+
+def test_gpu_requests_read_every_way_a_profile_writes_them():
+    assert gpus_of({"gpu": "2", "gpu_model": "h100"}) == (2, "h100")
+    assert gpus_of({"gres": "gpu:a100:4"}) == (4, "a100")
+    assert gpus_of({"gres": "gpu:2"}) == (2, None)
+    assert gpus_of({"slurm_partition": "cpu"}) == (0, None)
+    r = request("train_es", {"gpu": 4, "cpus_per_gpu": 8, "runtime": 1440, "slurm_partition": "gpu"},
+                ["config/paper.yaml", "results/models/qwen3.5-4b"])
+    assert (r.gpus, r.cpus, r.runtime_min, r.partition, r.models) == (4, 32, 1440.0, "gpu", ("qwen3.5-4b",))
+
+
+@pytest.fixture(scope="module")
+def paper_plan():
+    res = subprocess.run([sys.executable, "-m", "snakemake", "--dry-run", "--profile", "slurm", "--configfile",
+                          "config/paper.yaml"], cwd=ROOT, capture_output=True, text=True, check=True)
+    return parse_dry_run(res.stdout + res.stderr)
+
+
+def test_the_papers_plan_has_every_job_with_the_profiles_resources(paper_plan):
+    # the paper grid's 389 jobs, `rule all` among them (tests/test_pipeline.py counts them)
+    assert len(paper_plan) == 389
+    by_rule = {j.rule: j for j in paper_plan}
+    assert (by_rule["train_es"].gpus, by_rule["train_es"].runtime_min) == (4, 1440.0)  # torchrun, 4 ranks
+    assert (by_rule["train_web"].gpus, by_rule["train_rl"].gpus, by_rule["build_model"].gpus) == (4, 1, 0)
+    rows = {r.rule: r for r in cost_rows(paper_plan)}
+    assert rows["train_es"].gpu_hours == pytest.approx(36 * 4 * 1440 / 60)
+    table = format_cost(list(rows.values()))
+    total = sum(r.gpu_hours for r in rows.values())
+    assert f"{total:9.1f}" in table.splitlines()[-2]
+
+
+def test_the_command_prints_the_plan_and_every_problem_and_fails(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": os.environ["PATH"]}
+    res = subprocess.run([sys.executable, "-m", "esopt.cli.main", "preflight", "--config", "config/paper.yaml",
+                          "--profile", "slurm", "--skip-hashes", "--json", str(tmp_path / "pre.json")],
+                         cwd=ROOT, capture_output=True, text=True, env=env)
+    assert res.returncode == 1, res.stderr[-2000:]
+    assert "total" in res.stdout and "GPU-h" in res.stdout and "model qwen3.5-4b (sudoku): not staged" in res.stdout
+    written = json.loads((tmp_path / "pre.json").read_text())
+    assert len(written["problems"]) == res.stdout.count("\n- ") and "train_es" in {r["rule"] for r in written["plan"]}
+
+
+def test_nothing_missing_reads_as_such(tmp_path):
+    cfg = copy.deepcopy(load_config(SMOKE))
+    cfg.pop("web", None)
+    cfg.pop("tool_agents", None)
+    problems = preflight(cfg, [JobRequest("train_es", models=("smoke-qwen35",))], tmp_path / "results")
+    assert problems == [] and report(problems) == "preflight: everything the run needs is in place."

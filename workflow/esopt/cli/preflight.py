@@ -1,0 +1,79 @@
+"""esopt preflight: before a cluster run, is everything it needs in place, and what will it cost?
+
+Run it on the login node, from the repository root, with the profile and config of the run:
+
+    esopt preflight --config config/paper.yaml --profile slurm
+
+It plans the run as Snakemake will (`snakemake --dry-run` with the same profiles and
+config), prints the planned jobs per rule with the GPUs and runtime each asks for and the
+total GPU-hours, then checks every model, data set, extra, SLURM partition / account /
+GPU type and the disk space the run needs (esopt.cluster.preflight), and prints one list
+of what is missing with how to fix each. Exit 0: nothing missing; 1: something is.
+A cluster run (any executor but local) runs the same checks in its onstart hook and stops
+before submitting a job while one fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+from esopt.cli.common import run_main, setup
+from esopt.io import write_json_atomic
+
+log = logging.getLogger("esopt.preflight")
+
+
+def dry_run(config: str, profiles: list[str], snakefile: str | None) -> str:
+    """`snakemake --dry-run` of the run as the given profiles and config plan it."""
+    cmd = [sys.executable, "-m", "snakemake", "--dry-run", "--configfile", config]
+    for p in profiles:
+        cmd += ["--profile", p]
+    if snakefile:
+        cmd += ["--snakefile", snakefile]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode:
+        raise ValueError(f"snakemake --dry-run failed (exit {res.returncode}):\n{(res.stdout + res.stderr)[-3000:]}")
+    return res.stdout + res.stderr
+
+
+def main_fn(args: argparse.Namespace) -> int:
+    cfg = setup(args.config)
+    from esopt.cluster.plan import cost_rows, format_cost, measured_runtimes, parse_dry_run
+    from esopt.cluster.preflight import preflight, report
+
+    jobs = parse_dry_run(dry_run(args.config, args.profile, args.snakefile))
+    rows = cost_rows(jobs, measured_runtimes(Path(args.results) / "tables" / "runtimes.csv"))
+    print(f"planned jobs of {args.config}" + (f" with --profile {' --profile '.join(args.profile)}" if args.profile else "")
+          + ":\n" + format_cost(rows) + "\n")
+    problems = preflight(cfg, jobs, args.results, hashes=not args.skip_hashes)
+    print(report(problems))
+    if args.json:
+        write_json_atomic(args.json, {"config": args.config, "profiles": args.profile,
+                                      "plan": [vars(r) for r in rows],
+                                      "problems": [{"what": p.what, "fix": p.fix} for p in problems]})
+    return 1 if problems else 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="esopt preflight", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", required=True, help="the run's config (config/paper.yaml)")
+    p.add_argument("--profile", action="append", default=[],
+                   help="a Snakemake profile of the run, by name or path (repeatable, in order): slurm")
+    p.add_argument("--snakefile", default=None, help="default: Snakefile in the working directory")
+    p.add_argument("--results", default="results", help="the results directory (disk space, measured runtimes)")
+    p.add_argument("--skip-hashes", action="store_true",
+                   help="do not recompute the weight files' sha256 (minutes for a 27B model)")
+    p.add_argument("--json", default=None, help="also write the plan and the problems to this JSON file")
+    return p
+
+
+def main(argv=None) -> int:
+    return run_main(main_fn, parser(), argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
