@@ -1,4 +1,8 @@
-"""The Snakemake DAG on the smoke config: plan, run, nothing left to do, targeted reruns."""
+"""The Snakemake DAG on the smoke config: plan, run, nothing left to do, targeted reruns.
+
+The plans are part of the default suite; the tests that run the smoke pipeline (marked
+`pipeline`, about 13 minutes on 2 cores) are opt-in: `python -m pytest -m pipeline`
+(.ci/run runs them after the default suite)."""
 
 import ast
 import base64
@@ -122,6 +126,7 @@ def test_horizons_config_plans_the_papers_sudoku_grid_at_tiny_scale(workdir):
                                  "train_rl": 27, "evaluate_rl": 27, "check_models": 1, **sudoku_reports, "total": 139}
 
 
+@pytest.mark.pipeline
 def test_pipeline_runs_then_has_nothing_to_do(workdir):
     smk(workdir)
     table = pd.read_csv(workdir / "results/tables/sudoku_es.csv")
@@ -171,6 +176,7 @@ def test_pipeline_runs_then_has_nothing_to_do(workdir):
     assert "Nothing to be done" in (r := smk(workdir, "-n")).stdout + r.stderr
 
 
+@pytest.mark.pipeline
 def test_every_es_run_moves_the_weights_and_replays_to_them(workdir):
     """The smoke grid exercises real ES updates: every ES run (Sudoku, tool agents, heuristic
     writer) ends at other weights than its base, and audit's replay of each history onto
@@ -196,6 +202,7 @@ def test_every_es_run_moves_the_weights_and_replays_to_them(workdir):
     assert not [c for c in checks if c["name"] == "replay" and c["status"] in ("fail", "skip")]  # RL runs: a note
 
 
+@pytest.mark.pipeline
 def test_report_bundles_figures_captions_and_provenance(workdir):
     smk(workdir)
     smk(workdir, "--report", "results/report.zip")
@@ -232,6 +239,7 @@ def package_files(paths, root) -> set[str]:
     return {os.path.relpath(p, pkg) for p in paths if os.path.abspath(p).startswith(str(pkg) + os.sep)}
 
 
+@pytest.mark.pipeline
 def test_every_job_lists_exactly_the_code_its_command_imports(workdir):
     smk(workdir)
     ran = job_metadata(workdir)
@@ -254,6 +262,7 @@ def test_every_job_lists_exactly_the_code_its_command_imports(workdir):
         assert loaded <= imported[rec["command"]], (rec["command"], loaded - imported[rec["command"]])
 
 
+@pytest.mark.pipeline
 def test_the_audit_reads_the_settings_the_rule_passed(workdir):
     """esopt audit's view of a job (from its provenance record) equals the `settings`
     param Snakemake recorded for that job: one map (esopt.provenance.jobs), both sides."""
@@ -286,6 +295,7 @@ def downstream(ran: dict[str, dict], start: set[str]) -> set[str]:
     return out
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("module", ["esopt/envs/hub_data.py", "esopt/report/files.py", "esopt/rl/losses.py",
                                     "esopt/es/perturb.py", "esopt/ahd/tasks/construct.py", "esopt/provenance/record.py"])
 def test_editing_a_module_reruns_the_jobs_that_import_it(workdir, module):
@@ -309,6 +319,7 @@ def test_editing_a_module_reruns_the_jobs_that_import_it(workdir, module):
     assert {k: v for k, v in planned.items() if k not in ("all", "total")} == expected
 
 
+@pytest.mark.pipeline
 def test_a_config_edit_reruns_only_the_rules_whose_section_changed(workdir):
     smk(workdir)
     cfg = workdir / "config/smoke.yaml"
@@ -339,6 +350,7 @@ def result_hashes(wd):
     return out
 
 
+@pytest.mark.pipeline
 def test_killed_pipeline_resumes_to_the_same_results(tmp_path_factory):
     """Kill snakemake (and its jobs) during ES training; `--unlock` then `--rerun-incomplete`
     finishes with the same result files as an uninterrupted run."""

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from conftest import ROOT, SMOKE
 
-from esopt.cluster.plan import JobRequest, cost_rows, format_cost, gpus_of, parse_dry_run, request
+from esopt.cluster.plan import JobRequest, cost_rows, format_cost, gpus_of, measured_runtimes, parse_dry_run, request
 from esopt.cluster.preflight import (check_data, check_disk, check_extras, check_models, check_slurm, preflight,
                                      report)
 from esopt.config import load_config
@@ -257,3 +257,16 @@ def test_nothing_missing_reads_as_such(tmp_path):
     cfg.pop("tool_agents", None)
     problems = preflight(cfg, [JobRequest("train_es", models=("smoke-qwen35",))], tmp_path / "results")
     assert problems == [] and report(problems) == "preflight: everything the run needs is in place."
+
+
+def test_measured_wall_times_of_finished_jobs_stand_beside_the_estimate(tmp_path):
+    for i, wall in enumerate((120.0, 240.0)):
+        d = tmp_path / "results" / "train" / f"s{i}"
+        d.mkdir(parents=True)
+        (d / "provenance.json").write_text(json.dumps({"rule": "train_es", "wall_s": wall}))
+    (tmp_path / "results" / "tables").mkdir()
+    (tmp_path / "results" / "tables" / "x.provenance.json").write_text("not json")  # skipped, not fatal
+    measured = measured_runtimes(tmp_path / "results")
+    assert measured == {"train_es": 3.0}
+    rows = cost_rows([JobRequest("train_es", gpus=4, runtime_min=1440)], measured)
+    assert rows[0].measured_min == 3.0 and "3 min" in format_cost(rows).splitlines()[2]

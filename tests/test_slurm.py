@@ -26,12 +26,14 @@ from conftest import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
-PROFILES = ["--profile", "profiles/slurm", "--profile", "profiles/slurm-local"]
+# the command users type (`--profile slurm`: the profile found by name from the repository
+# root), with the one-node test cluster's overrides layered on top
+PROFILES = ["--profile", "slurm", "--profile", "profiles/slurm-local"]
 # rules the profile gives a GPU; train_es asks for its own (distributed.ranks x gpus_per_rank,
 # none in the smoke config) and the profile must not override that
 GPU_RULES = {"train_rl", "evaluate_base", "evaluate_es", "evaluate_rl", "memory", "train_agent", "evaluate_agent_base",
              "evaluate_agent", "search_heuristics", "train_web", "evaluate_web_base", "evaluate_web"}
-TIMEOUT_S = 3600
+TIMEOUT_S = 1800  # about 15 min on 2 cores with the tiny base check beside it (.ci/run); a hang fails in time
 # the parts of the checkout the workflow needs are everything but these
 NOT_COPIED = (".git", ".venv", "results", ".snakemake", "tests", "docs", "benchmarks", "__pycache__",
               "*.egg-info", ".pytest_cache", ".ruff_cache", "build", "logs")
@@ -108,6 +110,9 @@ def test_smoke_pipeline_runs_through_slurm(workdir, run):
     rc, out, elapsed = run
     assert rc == 0, f"snakemake through SLURM failed after {elapsed:.0f} s:\n{out[-8000:]}"
     assert "SLURM run ID" in out  # the slurm executor, not local execution
+    # the onstart preflight planned the jobs and found nothing missing before the first submission
+    assert "planned jobs:" in out and "GPU-h" in out
+    assert out.index("preflight: everything the run needs is in place.") < out.index("SLURM run ID")
     for table in ("sudoku_es.csv", "sudoku_methods.csv"):
         assert len(pd.read_csv(workdir / "results/tables" / table)) > 0
     assert "Nothing to be done" in subprocess.run(
@@ -144,3 +149,20 @@ def test_gpu_rules_asked_slurm_for_a_gpu(workdir, run):
             asked_gpu = "gpu" in job.get("TresPerJob", "") + job.get("TresPerNode", "")
             assert asked_gpu == (rec["rule"] in GPU_RULES), (rec["rule"], job.get("TresPerJob"), job.get("TresPerNode"))
     assert GPU_RULES | {"train_es"} <= set(seen), f"jobs no longer known to slurmctld; saw {sorted(seen)}"
+
+
+def test_a_failing_preflight_stops_the_run_before_any_job(workdir, run, tmp_path):
+    """A profile asking for a partition the cluster does not have (report_verdicts gets the default
+    resources): no job is submitted."""
+    bad = tmp_path / "bad-profile"
+    bad.mkdir()
+    (bad / "config.v9+.yaml").write_text("default-resources:\n  slurm_partition: nosuchpartition\n  runtime: 5\n")
+    before = _cmd("squeue", "-h", "-o", "%i").stdout.split()
+    res = subprocess.run([sys.executable, "-m", "snakemake", *PROFILES, "--profile", str(bad), "--configfile",
+                          "config/smoke.yaml", "--forcerun", "report_verdicts"], cwd=workdir, env=_env(),
+                         capture_output=True, text=True, timeout=600)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert "partition 'nosuchpartition'" in out and "sinfo lists debug" in out and "no job was submitted" in out
+    assert "SLURM run ID" not in out and "has been submitted" not in out
+    assert _cmd("squeue", "-h", "-o", "%i").stdout.split() == before

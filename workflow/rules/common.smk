@@ -270,7 +270,7 @@ def preflight_or_stop(workflow):
 
     planned = [request(j.rule.name, dict(j.resources.items()), [str(f) for f in j.input])
                for j in workflow.dag.needrun_jobs()]
-    print(f"planned jobs:\n{format_cost(cost_rows(planned, measured_runtimes(f'{R}/tables/runtimes.csv')))}\n",
+    print(f"planned jobs:\n{format_cost(cost_rows(planned, measured_runtimes(R)))}\n",
           file=sys.stderr)
     if os.environ.get("ESOPT_SKIP_PREFLIGHT") == "1":
         print("preflight skipped (ESOPT_SKIP_PREFLIGHT=1)", file=sys.stderr)

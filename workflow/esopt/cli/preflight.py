@@ -19,7 +19,6 @@ import argparse
 import logging
 import subprocess
 import sys
-from pathlib import Path
 
 from esopt.cli.common import run_main, setup
 from esopt.io import write_json_atomic
@@ -46,7 +45,7 @@ def main_fn(args: argparse.Namespace) -> int:
     from esopt.cluster.preflight import preflight, report
 
     jobs = parse_dry_run(dry_run(args.config, args.profile, args.snakefile))
-    rows = cost_rows(jobs, measured_runtimes(Path(args.results) / "tables" / "runtimes.csv"))
+    rows = cost_rows(jobs, measured_runtimes(args.results))
     print(f"planned jobs of {args.config}" + (f" with --profile {' --profile '.join(args.profile)}" if args.profile else "")
           + ":\n" + format_cost(rows) + "\n")
     problems = preflight(cfg, jobs, args.results, hashes=not args.skip_hashes)

@@ -2,14 +2,14 @@
 
 A JobRequest is one job as SLURM will be asked for it: GPUs, runtime (minutes), CPUs,
 memory, partition, account, GPU type. `cost_rows` sums them per rule into GPU-hours and
-CPU-hours; requested runtimes are the profile's estimates, so when a finished run's
-measured wall times exist (`measured_runtimes`, the report's results/tables/runtimes.csv)
-they are shown beside them.
+CPU-hours; requested runtimes are the profile's estimates, so the wall times that finished jobs
+measured (`measured_runtimes`: the rule and wall_s of each provenance record under
+results/) are shown beside them.
 """
 
 from __future__ import annotations
 
-import csv
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -88,13 +88,18 @@ def parse_dry_run(text: str) -> list[JobRequest]:
     return jobs
 
 
-def measured_runtimes(table: str | Path) -> dict[str, float]:
-    """Mean measured wall time per rule, in minutes, from the report's runtimes.csv (if any)."""
-    p = Path(table)
-    if not p.is_file():
-        return {}
-    with p.open() as f:
-        return {r["rule"]: float(r["mean_min"]) for r in csv.DictReader(f) if r.get("mean_min")}
+def measured_runtimes(results: str | Path) -> dict[str, float]:
+    """Mean measured wall time per rule, in minutes, from the provenance records of the jobs
+    that finished under `results` (each records its rule and wall_s)."""
+    walls: dict[str, list[float]] = {}
+    for p in sorted(Path(results).rglob("*provenance.json")) if Path(results).is_dir() else []:
+        try:
+            rec = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(rec, dict) and rec.get("rule") and isinstance(rec.get("wall_s"), (int, float)):
+            walls.setdefault(rec["rule"], []).append(rec["wall_s"] / 60)
+    return {rule: sum(w) / len(w) for rule, w in walls.items()}
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,6 @@ def format_cost(rows: list[CostRow]) -> str:
     lines.append(f"{'total':24s} {sum(r.jobs for r in rows):5d} {'':8s} {'':11s} {sum(r.gpu_hours for r in rows):9.1f} "
                  f"{sum(r.cpu_hours for r in rows):9.1f}")
     lines.append("GPU-h and CPU-h are requested runtime x GPUs (CPUs): the profile's estimates, an upper bound "
-                 "per attempt (retries can repeat a job); 'measured' is the mean wall time of finished runs "
-                 "(results/tables/runtimes.csv), where there are any.")
+                 "per attempt (retries can repeat a job); 'measured' is the mean wall time of the rule's finished "
+                 "jobs (their provenance records under results/), where there are any.")
     return "\n".join(lines)

@@ -194,7 +194,8 @@ def check_extras(config: dict[str, Any]) -> list[Problem]:
     if web:
         from esopt.envs.web.deps import missing
 
-        problems += [Problem(f"web benchmark: {m}", m) for m in missing()]
+        problems += [Problem(f"web benchmark: {m}", 'pip install -e ".[web]" and Debian\'s chromium in the jobs\' '
+                             "environment (docs/web.md)") for m in missing()]
         sites = web.get("sites")
         if isinstance(sites, dict):
             from esopt.envs.web.webarena import SitesUnreachableError, check_sites
@@ -237,11 +238,9 @@ def slurm_partitions() -> dict[str, list[tuple[str, int]]] | None:
         part, gres = line.split("|", 1)
         gpus = []
         for g in gres.split(","):
-            m = re.match(r"gpu(?::([^:(]+))?(?::(\d+))", g.strip())
+            m = re.match(r"gpu(?::([^:(]+))?:(\d+)", g.strip())  # gpu:2, gpu:h100:4(S:0-1)
             if m:
                 gpus.append((m.group(1) or "", int(m.group(2))))
-            elif re.match(r"gpu:(\d+)", g.strip()):
-                gpus.append(("", int(re.match(r"gpu:(\d+)", g.strip()).group(1))))
         parts.setdefault(part.strip(), []).extend(gpus or [("", 0)])
     return parts
 
