@@ -34,6 +34,7 @@ def hf_cache(tmp_path, monkeypatch):
     cache.mkdir()
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("ESOPT_CACHE", str(tmp_path / "esopt-cache"))  # the hashes verified before
     return cache
 
 
@@ -52,6 +53,14 @@ def stage_in_cache(cache: Path, model_dir: Path, repo: str = REPO, rev: str = RE
     (root / "refs").mkdir()
     (root / "refs" / "main").write_text(rev)
     return snap
+
+
+def rewrite(path: Path, data: bytes) -> None:
+    """Rewrite a file in place with a later mtime (the verified-hash cache keys on it; two writes
+    within one clock tick could otherwise share one)."""
+    before = path.stat().st_mtime_ns
+    path.write_bytes(data)
+    os.utime(path, ns=(before + 10**9, before + 10**9))
 
 
 def hub_config(**model) -> dict:
@@ -79,11 +88,13 @@ def test_a_hub_model_in_the_cache_passes_and_a_corrupt_blob_is_caught(hf_cache, 
     assert check_models(hub_config()) == []
     weights = (snap / "model.safetensors").resolve()
     data = bytearray(weights.read_bytes())
-    data[-1] ^= 0xFF  # one flipped bit in the last tensor: headers still fine, the hash is not
-    weights.write_bytes(bytes(data))
+    data[-1] ^= 0xFF  # one flipped byte in the last tensor: headers still fine, the hash is not
+    rewrite(weights, bytes(data))
     problems = check_models(hub_config())
     assert len(problems) == 1 and "sha256" in problems[0].what and "model.safetensors" in problems[0].what
     assert check_models(hub_config(), hashes=False) == []  # --skip-hashes
+    rewrite(weights, bytes(data[:-1]) + bytes([data[-1] ^ 0xFF]))  # repaired: hashed again, not remembered
+    assert check_models(hub_config()) == []
 
 
 def test_an_unpinned_revision_is_a_problem(hf_cache, smoke_model):
@@ -92,7 +103,8 @@ def test_an_unpinned_revision_is_a_problem(hf_cache, smoke_model):
     assert any("'main' is not pinned" in w for w in whats(problems))
 
 
-def test_a_local_dir_downloaded_at_another_commit_or_broken_is_caught(tmp_path, smoke_model):
+def test_a_local_dir_downloaded_at_another_commit_or_broken_is_caught(tmp_path, smoke_model, monkeypatch):
+    monkeypatch.setenv("ESOPT_CACHE", str(tmp_path / "esopt-cache"))
     local = tmp_path / "Qwen3.5-4B"
     shutil.copytree(smoke_model, local)
     meta = local / ".cache" / "huggingface" / "download"

@@ -33,7 +33,7 @@ PROFILES = ["--profile", "slurm", "--profile", "profiles/slurm-local"]
 # none in the smoke config) and the profile must not override that
 GPU_RULES = {"train_rl", "evaluate_base", "evaluate_es", "evaluate_rl", "memory", "train_agent", "evaluate_agent_base",
              "evaluate_agent", "search_heuristics", "train_web", "evaluate_web_base", "evaluate_web"}
-TIMEOUT_S = 1800  # about 15 min on 2 cores with the tiny base check beside it (.ci/run); a hang fails in time
+TIMEOUT_S = 2100  # about 15 min on 2 cores, more with the tiny base check beside it (.ci/run)
 # the parts of the checkout the workflow needs are everything but these
 NOT_COPIED = (".git", ".venv", "results", ".snakemake", "tests", "docs", "benchmarks", "__pycache__",
               "*.egg-info", ".pytest_cache", ".ruff_cache", "build", "logs")
@@ -112,7 +112,7 @@ def test_smoke_pipeline_runs_through_slurm(workdir, run):
     assert "SLURM run ID" in out  # the slurm executor, not local execution
     # the onstart preflight planned the jobs and found nothing missing before the first submission
     assert "planned jobs:" in out and "GPU-h" in out
-    assert out.index("preflight: everything the run needs is in place.") < out.index("SLURM run ID")
+    assert out.index("preflight: everything the run needs is in place.") < out.index("has been submitted")
     for table in ("sudoku_es.csv", "sudoku_methods.csv"):
         assert len(pd.read_csv(workdir / "results/tables" / table)) > 0
     assert "Nothing to be done" in subprocess.run(
@@ -164,5 +164,5 @@ def test_a_failing_preflight_stops_the_run_before_any_job(workdir, run, tmp_path
     out = res.stdout + res.stderr
     assert res.returncode != 0
     assert "partition 'nosuchpartition'" in out and "sinfo lists debug" in out and "no job was submitted" in out
-    assert "SLURM run ID" not in out and "has been submitted" not in out
+    assert "has been submitted" not in out
     assert _cmd("squeue", "-h", "-o", "%i").stdout.split() == before

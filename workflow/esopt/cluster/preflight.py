@@ -7,7 +7,7 @@ fix it; an empty list means the run can start. What is checked:
   or local) is staged: its `local_path` a loadable directory, or the pinned revision's
   snapshot in the Hugging Face cache; the revision pinned to a commit; the weight files'
   sha256 equal to the hashes the download recorded (the hub's LFS sha256: a cache blob's
-  name, or `hf download --local-dir`'s metadata);
+  name, or `hf download --local-dir`'s metadata), each file read once (`sha256_verified`);
 - data: every task set read from a file (`path`) exists, every one read from the hub
   (`hub_id`) loads from the local cache with the network off, as the job will load it;
 - extras: vLLM where an engine is vllm; Flask, Playwright and chromium where there is a
@@ -35,7 +35,7 @@ from typing import Any
 
 from esopt.cluster.plan import JobRequest
 from esopt.config import checked_models, engine_settings
-from esopt.io import sha256_file
+from esopt.io import sha256_file, write_json_atomic
 from esopt.models.hub import WEIGHT_SUFFIXES, cached_snapshot
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -73,6 +73,31 @@ def _recorded_hashes(model_dir: Path) -> dict[str, str]:
             if len(lines) >= 2 and SHA256.fullmatch(lines[1].strip().strip('"')):
                 out[f.name] = lines[1].strip().strip('"')
     return out
+
+
+def _verified_file() -> Path:
+    return Path(os.environ.get("ESOPT_CACHE", "~/.cache/esopt")).expanduser() / "verified_sha256.json"
+
+
+def sha256_verified(path: Path) -> str:
+    """sha256 of a weight file, computed once per (real path, size, mtime): every cluster run
+    checks its models' hashes at the start, and a 27B model is 54 GB to read. The hashes
+    computed are kept in $ESOPT_CACHE/verified_sha256.json (~/.cache/esopt)."""
+    st = path.stat()
+    key = f"{os.path.realpath(path)}|{st.st_size}|{st.st_mtime_ns}"
+    store = _verified_file()
+    try:
+        known = json.loads(store.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if key not in known:
+        known[key] = sha256_file(path)
+        try:
+            store.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(store, known)
+        except OSError:  # a read-only home: the hash is still checked, only not remembered
+            pass
+    return known[key]
 
 
 def _recorded_commit(model_dir: Path) -> str | None:
@@ -126,7 +151,7 @@ def check_models(config: dict[str, Any], hashes: bool = True) -> list[Problem]:
                                     f"{src}`) or pin the one staged"))
         if hashes:
             for fname, want in _recorded_hashes(src).items():
-                got = sha256_file(src / fname)
+                got = sha256_verified(src / fname)
                 if got != want:
                     problems.append(Problem(f"{where}: {src / fname} has sha256 {got[:12]}..., its download "
                                             f"recorded {want[:12]}... (corrupt or partial copy)", hint))
