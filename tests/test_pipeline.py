@@ -1,7 +1,7 @@
 """The Snakemake DAG on the smoke config: plan, run, nothing left to do, targeted reruns.
 
 The plans are part of the default suite; the tests that run the smoke pipeline (marked
-`pipeline`, about 13 minutes on 2 cores) are opt-in: `python -m pytest -m pipeline`
+`pipeline`, about 15 minutes on 2 cores) are opt-in: `python -m pytest -m pipeline`
 (.ci/run runs them after the default suite)."""
 
 import ast
