@@ -53,7 +53,7 @@ def main_fn(args: argparse.Namespace) -> int:
     if args.json:
         write_json_atomic(args.json, {"config": args.config, "profiles": args.profile,
                                       "plan": [vars(r) for r in rows],
-                                      "problems": [{"what": p.what, "fix": p.fix} for p in problems]})
+                                      "problems": [vars(p) for p in problems]})
     return 1 if problems else 0
 
 

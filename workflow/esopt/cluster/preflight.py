@@ -36,7 +36,7 @@ from typing import Any
 from esopt.cluster.plan import JobRequest
 from esopt.config import checked_models, engine_settings
 from esopt.io import sha256_file, write_json_atomic
-from esopt.models.hub import WEIGHT_SUFFIXES, cached_snapshot
+from esopt.models.hub import WEIGHT_SUFFIXES, staged_source
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -69,9 +69,9 @@ def _recorded_hashes(model_dir: Path) -> dict[str, str]:
         if SHA256.fullmatch(blob):
             out[f.name] = blob
         elif meta.is_file():
-            lines = meta.read_text().splitlines()
-            if len(lines) >= 2 and SHA256.fullmatch(lines[1].strip().strip('"')):
-                out[f.name] = lines[1].strip().strip('"')
+            lines = [ln.strip().strip('"') for ln in meta.read_text().splitlines()]
+            if len(lines) >= 2 and SHA256.fullmatch(lines[1]):
+                out[f.name] = lines[1]
     return out
 
 
@@ -106,16 +106,6 @@ def _recorded_commit(model_dir: Path) -> str | None:
     return metas[0].read_text().splitlines()[0].strip() if metas else None
 
 
-def model_source(spec: dict[str, Any]) -> Path | None:
-    """Where a hub/local model block's weights are staged: local_path, or the cache snapshot."""
-    if spec.get("local_path"):
-        return Path(spec["local_path"]).expanduser()
-    hub = spec.get("hub") or {}
-    if hub.get("repo_id") and hub.get("revision"):
-        return cached_snapshot(hub["repo_id"], hub["revision"])
-    return None
-
-
 def check_models(config: dict[str, Any], hashes: bool = True) -> list[Problem]:
     from esopt.models.load import ModelDirError, check_model_dir
 
@@ -130,7 +120,7 @@ def check_models(config: dict[str, Any], hashes: bool = True) -> list[Problem]:
             problems.append(Problem(f"{where}: hub.revision {rev!r} is not pinned to a commit",
                                     f"set hub.revision to the 40-character commit you stage (`hf download {repo}` "
                                     f"prints it; `hf download {repo} --revision {rev} --dry-run` too)"))
-        src = model_source(spec)
+        src = staged_source(spec)
         hint = (f"on a node with network: `hf download {repo} --revision {rev}` (into the HF_HOME the compute nodes "
                 f"read), or `hf download {repo} --revision {rev} --local-dir DIR` and set local_path: DIR"
                 if repo else "set local_path to a directory with config.json, the tokenizer and *.safetensors")
@@ -338,7 +328,7 @@ def planned_bytes(config: dict[str, Any], jobs: Iterable[JobRequest], results: P
                 built = results / "models" / name
                 spec = models.get(name, (None, {}))[1]
                 size[name] = _weights_bytes(built) or (
-                    _weights_bytes(model_source(spec)) if spec.get("source") in ("hub", "local") else 0)
+                    _weights_bytes(staged_source(spec)) if spec.get("source") in ("hub", "local") else 0)
             total += factor * size[name]
     return total
 
@@ -373,6 +363,3 @@ def report(problems: list[Problem]) -> str:
         return "preflight: everything the run needs is in place."
     return f"preflight: {len(problems)} thing(s) missing:\n" + "\n".join(str(p) for p in problems)
 
-
-def to_json(problems: list[Problem]) -> str:
-    return json.dumps([{"what": p.what, "fix": p.fix} for p in problems], indent=1)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from esopt.io import write_json_atomic
-from esopt.models.hub import cached_snapshot, download_snapshot, weight_hashes
+from esopt.models.hub import download_snapshot, staged_source, weight_hashes
 from esopt.models.load import check_model_dir, save_model
 from esopt.models.sft import SFTSettings, Transcript, supervised_fine_tune
 from esopt.models.tiny import build_tiny_model
@@ -71,7 +71,7 @@ def stage(spec: dict[str, Any], out: str | Path, where: str = "model") -> tuple[
     local, hub = spec.get("local_path"), spec.get("hub") or {}
     if not local and (not hub.get("repo_id") or not hub.get("revision")):
         raise ValueError(f"{where} with source: hub needs hub.repo_id and hub.revision (or a local_path)")
-    src = Path(local).expanduser().resolve() if local else cached_snapshot(hub["repo_id"], hub["revision"])
+    src = staged_source(spec)
     pinned = {} if local else {"repo_id": hub["repo_id"], "revision": hub["revision"]}
     if src is not None:  # pre-staged weights stay where they are
         check_model_dir(src)  # a bad local_path fails here, not in the first job that loads it

@@ -38,6 +38,17 @@ def cached_snapshot(repo_id: str, revision: str) -> Path | None:
         return None
 
 
+def staged_source(spec: dict) -> Path | None:
+    """Where a hub/local model block's weights are staged: its local_path, else the pinned
+    revision's snapshot in the local cache (cached_snapshot); None when neither is there."""
+    if spec.get("local_path"):
+        return Path(spec["local_path"]).expanduser().resolve()
+    hub = spec.get("hub") or {}
+    if hub.get("repo_id") and hub.get("revision"):
+        return cached_snapshot(hub["repo_id"], hub["revision"])
+    return None
+
+
 def download_snapshot(repo_id: str, revision: str, out: str | os.PathLike) -> Path:
     """snapshot_download at a pinned revision into `out`; fails at once without network."""
     from huggingface_hub import snapshot_download
