@@ -263,6 +263,18 @@ def test_the_command_prints_the_plan_and_every_problem_and_fails(tmp_path):
     assert len(written["problems"]) == res.stdout.count("\n- ") and "train_es" in {r["rule"] for r in written["plan"]}
 
 
+def test_a_profile_whose_executor_plugin_is_missing_says_what_to_install(tmp_path):
+    profile = tmp_path / "cluster"
+    profile.mkdir()
+    (profile / "config.v9+.yaml").write_text("executor: nosuch\n")
+    res = subprocess.run([sys.executable, "-m", "esopt.cli.main", "preflight", "--config", "config/smoke.yaml",
+                          "--profile", str(profile)], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        "esopt: error: the profile runs on the nosuch executor, whose plugin is not installed here: "
+        "pip install snakemake-executor-plugin-nosuch, then run the preflight again"]
+
+
 def test_nothing_missing_reads_as_such(tmp_path):
     cfg = copy.deepcopy(load_config(SMOKE))
     cfg.pop("web", None)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import subprocess
 import sys
 
@@ -35,8 +36,22 @@ def dry_run(config: str, profiles: list[str], snakefile: str | None) -> str:
         cmd += ["--snakefile", snakefile]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode:
-        raise ValueError(f"snakemake --dry-run failed (exit {res.returncode}):\n{(res.stdout + res.stderr)[-3000:]}")
+        raise ValueError(missing_executor(res.stderr) or
+                         f"snakemake --dry-run failed (exit {res.returncode}):\n{(res.stdout + res.stderr)[-3000:]}")
     return res.stdout + res.stderr
+
+
+def missing_executor(stderr: str) -> str | None:
+    """The line to print when a profile names an executor whose plugin is not installed: snakemake
+    then rejects the profile's executor, or its plugin's options, before planning anything."""
+    m = (re.search(r"argument --executor/-e: invalid choice: '([\w-]+)'", stderr)
+         or re.search(r"unrecognized arguments: --([a-z]+)-", stderr))
+    if not m:
+        return None
+    name = m.group(1)
+    extra = ' (pip install -e ".[slurm]")' if name == "slurm" else ""
+    return (f"the profile runs on the {name} executor, whose plugin is not installed here: "
+            f"pip install snakemake-executor-plugin-{name}{extra}, then run the preflight again")
 
 
 def main_fn(args: argparse.Namespace) -> int:
