@@ -115,6 +115,26 @@ def test_webarena_table_means_seeds_per_site_and_sets_the_paper_beside(tmp_path)
         load_web_evals(paths + [_summary(tmp_path / "e1b.json", "esopt", 1, {"all": 0.1})])
 
 
+def test_demonstrations_on_other_site_seeds_never_phrase_a_held_out_intent():
+    from esopt.cli.build_web_model import demonstration_sets
+    from esopt.envs.web.templates import generate_tasks
+
+    raw = smoke()
+    raw["web"]["model"]["warmstart"].update(tasks=None, site_seeds=[0, 1, 2])
+    own = generate_tasks(seed=0, split="train")
+    sets = demonstration_sets(raw, own)
+    assert [s for s, _, _ in sets] == [0, 1, 2] and sets[0][1] is own
+    assert len({d for _, _, d in sets}) == 3  # each copy of the sites has its own mistakes
+    held_out = {t.intent for t in generate_tasks(seed=0, split="eval")}
+    for site_seed, tasks, _ in sets[1:]:
+        assert tasks and {t.config["site_seed"] for t in tasks} == {site_seed}
+        assert not held_out & {t.intent for t in tasks}
+    assert {t.intent for t in sets[1][1]} != {t.intent for t in own}  # other names, other tasks
+    raw["web"]["sites"] = {"shopping": "http://127.0.0.1:7770"}
+    with pytest.raises(ValueError, match="needs web.sites: local"):
+        demonstration_sets(raw, own)
+
+
 # ---------------------------------------------------------------- the commands, in a real browser
 def esopt(*args, cwd):
     res = subprocess.run([sys.executable, "-m", "esopt.cli.main", *map(str, args)], cwd=cwd, capture_output=True,
@@ -132,7 +152,7 @@ def web_run(tmp_path_factory):
     require_web()
     wd = tmp_path_factory.mktemp("web")
     raw = smoke()
-    raw["web"]["model"]["warmstart"].update(tasks=4, steps=40)
+    raw["web"]["model"]["warmstart"].update(tasks=4, steps=40, site_seeds=[0, 5])
     raw["web"]["eval"]["lite"].update(n=3)
     raw["web"]["es"].update(generations=1)
     cfg = wd / "web.yaml"
@@ -154,6 +174,8 @@ def test_web_commands_record_the_browser_and_pass_the_audit(web_run):
     assert len(tasks) == 6 and all(t["config"]["split"] == "train" for t in tasks)  # web.train.n
     model_rec = json.loads((wd / "models/web/provenance.json").read_text())
     assert model_rec["model"]["demonstration_turns"] > 4  # several turns per demonstrated task
+    per_seed = model_rec["model"]["demonstrations_per_site_seed"]  # warmstart.site_seeds [0, 5]
+    assert set(per_seed) == {"0", "5"} and all(v["tasks"] == 4 and v["turns"] >= 4 for v in per_seed.values())
     summary = json.loads((wd / "eval/base.json").read_text())
     assert summary["tasks"] == 3 and summary["by_site"]["all"]["episodes"] == 3
     rows = [json.loads(x) for x in (wd / "eval/base.trajectories.jsonl").read_text().splitlines()]
