@@ -292,5 +292,10 @@ def test_measured_wall_times_of_finished_jobs_stand_beside_the_estimate(tmp_path
     (tmp_path / "results" / "tables" / "x.provenance.json").write_text("not json")  # skipped, not fatal
     measured = measured_runtimes(tmp_path / "results")
     assert measured == {"train_es": 3.0}
-    rows = cost_rows([JobRequest("train_es", gpus=4, runtime_min=1440)], measured)
-    assert rows[0].measured_min == 3.0 and "3 min" in format_cost(rows).splitlines()[2]
+    jobs = [JobRequest("train_es", gpus=4, runtime_min=1440)] * 10 + [JobRequest("evaluate_es")]
+    rows = cost_rows(jobs, measured)
+    assert rows[0].measured_min == 3.0
+    table = format_cost(rows).splitlines()
+    assert table[2].split()[-3:] == ["3.0", "min", "0.50"]  # 10 jobs x 3 min: half a job-hour
+    assert table[3].split()[-2:] == ["-", "-"]  # nothing measured yet
+    assert table[-2].split()[-5:] == ["1", "of", "2", "rules", "0.50"]

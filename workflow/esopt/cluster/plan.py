@@ -127,17 +127,23 @@ def cost_rows(jobs: Iterable[JobRequest], measured: Mapping[str, float] | None =
 
 
 def format_cost(rows: list[CostRow]) -> str:
-    """The plan as a table, with the total GPU-hours and CPU-hours."""
-    head = f"{'rule':24s} {'jobs':>5s} {'GPUs/job':>8s} {'runtime/job':>11s} {'GPU-h':>9s} {'CPU-h':>9s} {'measured/job':>12s}"
+    """The plan as a table, with the total GPU-hours and CPU-hours, and where jobs of a rule
+    have finished, their mean wall time and that times the rule's jobs (job-hours)."""
+    head = (f"{'rule':24s} {'jobs':>5s} {'GPUs/job':>8s} {'runtime/job':>11s} {'GPU-h':>9s} {'CPU-h':>9s} "
+            f"{'measured/job':>12s} {'job-h':>7s}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        meas = f"{r.measured_min:.0f} min" if r.measured_min is not None else "-"
+        meas = f"{r.measured_min:.1f} min" if r.measured_min is not None else "-"
+        job_h = f"{r.jobs * r.measured_min / 60:7.2f}" if r.measured_min is not None else f"{'-':>7s}"
         lines.append(f"{r.rule:24s} {r.jobs:5d} {r.gpus_per_job:8d} {r.runtime_min:7.0f} min {r.gpu_hours:9.1f} "
-                     f"{r.cpu_hours:9.1f} {meas:>12s}")
+                     f"{r.cpu_hours:9.1f} {meas:>12s} {job_h}")
     lines.append("-" * len(head))
+    measured = [r for r in rows if r.measured_min is not None]
+    job_h = f"{sum(r.jobs * r.measured_min for r in measured) / 60:7.2f}" if measured else f"{'-':>7s}"
     lines.append(f"{'total':24s} {sum(r.jobs for r in rows):5d} {'':8s} {'':11s} {sum(r.gpu_hours for r in rows):9.1f} "
-                 f"{sum(r.cpu_hours for r in rows):9.1f}")
+                 f"{sum(r.cpu_hours for r in rows):9.1f} {f'{len(measured)} of {len(rows)} rules':>12s} {job_h}")
     lines.append("GPU-h and CPU-h are requested runtime x GPUs (CPUs): the profile's estimates, an upper bound "
                  "per attempt (retries can repeat a job); 'measured' is the mean wall time of the rule's finished "
-                 "jobs (their provenance records under results/), where there are any.")
+                 "jobs (their provenance records under results/), where there are any, and job-h that mean times "
+                 "the rule's jobs.")
     return "\n".join(lines)
