@@ -418,3 +418,15 @@ def test_history_check_names_each_recorded_value_it_recomputes():
                          "generation 0: sigma 0.2 recorded, the schedule gives 0.1",
                          "generation 1: updated True recorded, the raw rewards give False",
                          "generation 1: alpha 0.5 recorded, the run's es.alpha is 0.01"]
+
+
+def test_a_record_holds_the_code_as_its_command_started(monkeypatch, tmp_path):
+    # A commit made while a long job runs is not the code the job ran: the record keeps the
+    # state read when the command started, not when it wrote its record.
+    from esopt.provenance import record
+
+    states = iter([{"commit": "a" * 40, "dirty": False, "changes": {}}, {"commit": "b" * 40, "dirty": False, "changes": {}}])
+    monkeypatch.setattr(record, "git_state", lambda *_: next(states))
+    prov = record.Provenance("evaluate", {"k": 1})
+    assert prov.record()["git"]["commit"] == "a" * 40
+    assert next(states)["commit"] == "b" * 40  # git was read once, at the start

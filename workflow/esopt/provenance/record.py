@@ -109,6 +109,8 @@ class Provenance:
     seeds: dict[str, Any] = field(default_factory=dict)
     inputs: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.time)
+    # The code as the command started: a commit made while a long job runs is not the code it ran.
+    git: dict[str, Any] = field(default_factory=lambda: git_state(Path(__file__).parent))
 
     def record(self, outputs: list[str | os.PathLike] = (), extra: dict[str, Any] | None = None) -> dict[str, Any]:
         import torch
@@ -121,7 +123,7 @@ class Provenance:
             "argv": sys.argv,
             "rule": self.rule,
             "wildcards": self.wildcards,
-            "git": git_state(Path(__file__).parent),
+            "git": self.git,
             "config_path": self.config_path,
             "config": self.config,
             "config_sha256": config_sha256(self.config),
