@@ -43,9 +43,8 @@ def dry_run(config: str, profiles: list[str], snakefile: str | None) -> str:
 
 def missing_executor(stderr: str) -> str | None:
     """The line to print when a profile names an executor whose plugin is not installed: snakemake
-    then rejects the profile's executor, or its plugin's options, before planning anything."""
-    m = (re.search(r"argument --executor/-e: invalid choice: '([\w-]+)'", stderr)
-         or re.search(r"unrecognized arguments: --([a-z]+)-", stderr))
+    then rejects the profile's executor before planning anything."""
+    m = re.search(r"argument --executor/-e: invalid choice: '([\w-]+)'", stderr)
     if not m:
         return None
     name = m.group(1)
