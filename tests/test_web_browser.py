@@ -237,6 +237,23 @@ def test_observations_are_bounded_and_the_html_mode_acts_by_its_ids(runtime):
     assert env.step("stop []")[1] == 1.0
 
 
+def test_restate_objective_ends_every_observation_with_the_objective_within_the_budget(runtime):
+    task = hand_task({"eval_types": ["url_match"], "reference_url": "__SHOPPING__/category/kitchen"},
+                     intent="Open the Kitchen category")
+    env = WebEnv(runtime, max_obs_chars=300, restate_objective=True)
+    obs = env.reset(task)  # the page is cut, not the objective
+    assert "[... observation truncated:" in obs and obs.endswith("\nObjective: Open the Kitchen category")
+    assert len(obs) < 300 + 150  # the truncation marker, at most, past the budget
+    env.close()
+    env = WebEnv(runtime, restate_objective=True)
+    obs = env.reset(task)
+    assert obs.startswith("Objective: Open the Kitchen category\nURL: ")
+    obs, _, _, _ = env.step(f"click [{find_element(obs, 'link', 'Kitchen')}]")
+    assert obs.endswith("\nObjective: Open the Kitchen category") and "/category/kitchen" in obs
+    assert env.step("stop []")[1] == 1.0
+    assert not WebEnv(runtime).reset(task).endswith("Objective: Open the Kitchen category")  # off by default
+
+
 def test_an_episode_the_sites_refuse_to_log_in_fails_with_its_reason(runtime, monkeypatch):
     from esopt.envs.web.sites import LOGINS
 

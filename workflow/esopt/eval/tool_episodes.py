@@ -155,7 +155,8 @@ def episode_envs(cfg: dict[str, Any], benchmark: str, tools: Sequence[Tool]) -> 
     with WebRuntime(sites, seed=w.get("site_seed", 0), browsers=w.get("browsers", 1), hang_s=w.get("hang_s", 30)) as rt:
         yield lambda: WebEnv(rt, max_turns=w["max_turns"], observation=w.get("observation", "axtree"),
                              max_obs_chars=w.get("max_obs_chars", 4000), judge=w.get("judge"),
-                             crash_retries=w.get("crash_retries", 1), prompt_style=w.get("prompt_style", "full"))
+                             crash_retries=w.get("crash_retries", 1), prompt_style=w.get("prompt_style", "full"),
+                             restate_objective=w.get("restate_objective", False))
 
 
 def generation_reset(cfg: dict[str, Any], benchmark: str) -> Callable[[], Any] | None:

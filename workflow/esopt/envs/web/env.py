@@ -223,7 +223,7 @@ class WebEnv:
 
     def __init__(self, runtime: WebRuntime, max_turns: int = DEFAULT_MAX_TURNS, observation: str = "axtree",
                  max_obs_chars: int = DEFAULT_MAX_OBS_CHARS, judge: Any = None, crash_retries: int = 1,
-                 prompt_style: str = "full"):
+                 prompt_style: str = "full", restate_objective: bool = False):
         if not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
         if observation not in MODES:
@@ -233,6 +233,7 @@ class WebEnv:
         instructions(prompt_style)
         self.runtime, self.max_turns, self.observation = runtime, max_turns, observation
         self.max_obs_chars, self.crash_retries, self.prompt_style = max_obs_chars, int(crash_retries), prompt_style
+        self.restate_objective = bool(restate_objective)
         self.judge: Judge | None = make_judge(judge)
         self._task: WebTask | None = None
         self._episode: Episode | None = None
@@ -450,7 +451,9 @@ class WebEnv:
         self._last_url = page.url
         head = (f"Objective: {self._task.intent}\nURL: {page.url}\nPrevious action: {feedback}\n"
                 f"Turns left: {self.max_turns - self._turns}\nPage: {title}\n")
-        return head + truncate(tree, max(200, self.max_obs_chars - len(head)))
+        # restated after the page too: a small model then copies names from a few tokens back
+        tail = f"\nObjective: {self._task.intent}" if self.restate_objective else ""
+        return head + truncate(tree, max(200, self.max_obs_chars - len(head) - len(tail))) + tail
 
     def _observe_safe(self, feedback: str) -> str:
         try:
