@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -133,6 +134,42 @@ def test_demonstrations_on_other_site_seeds_never_phrase_a_held_out_intent():
     raw["web"]["sites"] = {"shopping": "http://127.0.0.1:7770"}
     with pytest.raises(ValueError, match="needs web.sites: local"):
         demonstration_sets(raw, own)
+
+
+def test_name_swaps_give_each_episode_again_with_names_no_site_has_consistently():
+    from tests.conftest import require_web
+
+    require_web()
+    from esopt.envs.web import WebEnv, WebRuntime
+    from esopt.envs.web.templates import generate_tasks, split_of
+    from esopt.models.demonstrations.web import demonstrations, name_pool, names_of
+
+    tasks = {t.config["template"]: t for t in generate_tasks(seed=0, split="train")}
+    tasks = [tasks["shop_price"], tasks["forum_post_author"], tasks["code_new_issue"]]
+    pool = name_pool({"web": {}}, site_seeds=[1, 2])
+    with WebRuntime(seed=0) as rt:
+        def run(swaps):
+            return list(demonstrations(tasks, lambda: WebEnv(rt, max_turns=8, restate_objective=True), "sys",
+                                       0.0, seed=0, progress=False, name_swaps=swaps, pool=pool))
+        plain, swapped = run(0), run(2)
+    objective = lambda t: t[1]["content"].splitlines()[0].removeprefix("Objective: ")  # noqa: E731
+    intents = {t.intent for t in tasks}
+    copies = [t for t in swapped if objective(t) not in intents]
+    assert len(swapped) == 3 * len(plain) and len(copies) == 2 * len(plain)
+    assert [t[2] for t in swapped if t not in copies] == [t[2] for t in plain]  # the same expert actions first
+    for task in tasks:
+        names = names_of(task)
+        mine = [t for t in copies if objective(t) != task.intent and any(
+            objective(t).startswith(task.intent.split(v)[0]) for v in names.values())]
+        assert mine
+        for t in mine:  # the old names are gone from prompt and action; the intent stays a training intent
+            text = t[1]["content"] + t[2]["content"]
+            assert not any(v in text for v in names.values()), text[:300]
+            assert split_of(objective(t)) == "train" and t[1]["content"].endswith(f"Objective: {objective(t)}")
+    typed = [t for t in copies if t[2]["content"].startswith("type [")]  # the search box gets the new name
+    assert typed and all(re.match(r"type \[\d+\] \[([^]]*)\]", t[2]["content"]).group(1) in objective(t) for t in typed)
+    with pytest.raises(ValueError, match="needs web.sites: local"):
+        name_pool({"web": {"sites": {"shopping": "http://127.0.0.1:7770"}}})
 
 
 # ---------------------------------------------------------------- the commands, in a real browser

@@ -28,7 +28,7 @@ def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config, args.threads)
     from esopt.eval.tool_episodes import episode_envs, load_tasks, system_prompt, web_provenance
     from esopt.models.build import build_tiny, hash_weights, sft_settings, stage
-    from esopt.models.demonstrations.web import demonstrations
+    from esopt.models.demonstrations.web import demonstrations, name_pool
 
     w = cfg.get("web") or {}
     m = w.get("model")
@@ -50,11 +50,14 @@ def main_fn(args: argparse.Namespace) -> int:
     prov = Provenance("build-web-model", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                       seeds={"warmstart": ws.get("seed", 0)}, inputs=[args.config, args.data])
     transcripts, per_site_seed = [], {}
+    swaps = ws.get("name_swaps", 0)
+    pool = name_pool(cfg) if swaps else None
     for site_seed, seed_tasks, demo_seed in demonstration_sets(cfg, tasks):
         with episode_envs({**cfg, "web": {**w, "site_seed": site_seed}}, "web", []) as make_env:
             turns = list(demonstrations(seed_tasks, make_env, system_prompt("web", [], cfg=cfg),
-                                        ws.get("mistake_prob", 0.2), demo_seed, w.get("history_turns", 0)))
-        per_site_seed[site_seed] = {"tasks": len(seed_tasks), "turns": len(turns)}
+                                        ws.get("mistake_prob", 0.2), demo_seed, w.get("history_turns", 0),
+                                        name_swaps=swaps, pool=pool))
+        per_site_seed[site_seed] = {"tasks": len(seed_tasks), "turns": len(turns)}  # with the swapped copies
         transcripts += turns
     if not transcripts:
         raise RuntimeError(f"the expert solved none of the {len(tasks)} training tasks in {args.data}: see the log")
