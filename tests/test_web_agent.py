@@ -152,7 +152,7 @@ def test_name_swaps_give_each_episode_again_with_names_no_site_has_consistently(
             return list(demonstrations(tasks, lambda: WebEnv(rt, max_turns=8, restate_objective=True), "sys",
                                        0.0, seed=0, progress=False, name_swaps=swaps, pool=pool))
         plain, swapped = run(0), run(2)
-    objective = lambda t: t[1]["content"].splitlines()[0].removeprefix("Objective: ")  # noqa: E731
+    objective = lambda t: t[1]["content"].splitlines()[0].removeprefix("Objective: ")
     intents = {t.intent for t in tasks}
     copies = [t for t in swapped if objective(t) not in intents]
     assert len(swapped) == 3 * len(plain) and len(copies) == 2 * len(plain)
