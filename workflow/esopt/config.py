@@ -399,7 +399,8 @@ def agent_benchmarks(c: dict[str, Any], sec: str) -> list[str]:
 
 # What every web episode depends on (browsers, hang_s: how many and how long, not what)
 WEB_EPISODE_KEYS = ("sites", "site_seed", "reset", "reset_every", "observation", "max_obs_chars", "restate_objective",
-                    "prompt_style", "max_turns", "max_new_tokens", "history_turns", "sampling", "crash_retries", "judge", "episodes_in_flight")
+                    "prompt_style", "max_turns", "max_new_tokens", "history_turns", "sampling", "crash_retries", "judge",
+                    "episodes_in_flight")
 
 
 def tool_episode_settings(c: dict[str, Any], benchmark: str | None = None) -> dict[str, Any]:

@@ -145,8 +145,9 @@ def demonstrations(tasks: Sequence[Any], make_env: Callable[[], Any], system: st
         kept += 1
         yield from transcripts
         names = names_of(task)
+        pages = "\n".join(m["content"] for t in transcripts for m in t) if name_swaps and names else ""
         for _ in range(name_swaps if names else 0):
-            mapping = draw_mapping(task, names, pool, rng, "\n".join(m["content"] for t in transcripts for m in t))
+            mapping = draw_mapping(task, names, pool, rng, pages)
             if mapping:
                 yield from (swap_names(t, mapping) for t in transcripts)
     log.info("web: %d of %d expert episodes kept", kept, len(tasks))
