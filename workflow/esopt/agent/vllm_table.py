@@ -81,9 +81,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def engine_model(config: Any, dtype: str = "bfloat16", device: str = "meta") -> torch.nn.Module:
+def engine_model(config: Any, dtype: str = "bfloat16", device: str = "meta", **settings: Any) -> torch.nn.Module:
     """vLLM's model for a transformers config (its `architectures` pick the class), built
-    as vLLM's loader builds it (default dtype set, on `device`), tensor-parallel size 1."""
+    as vLLM's loader builds it (default dtype set, on `device`), tensor-parallel size 1.
+    `settings`: more vllm.config.ModelConfig settings, e.g. limit_mm_per_prompt
+    {"image": 0, "video": 0}, with which vLLM builds no vision tower."""
     from vllm.config import ModelConfig, VllmConfig, set_current_vllm_config
     from vllm.distributed import parallel_state
     from vllm.model_executor.model_loader.utils import initialize_model
@@ -99,7 +101,8 @@ def engine_model(config: Any, dtype: str = "bfloat16", device: str = "meta") -> 
             ModelRegistry.register_model(arch, getattr(importlib.import_module(lazy.module_name), lazy.class_name))
     with tempfile.TemporaryDirectory() as d:  # vLLM reads the directory again while building
         config.save_pretrained(d)
-        model_config = ModelConfig(model=d, dtype=dtype, skip_tokenizer_init=True, max_model_len=256)
+        model_config = ModelConfig(model=d, dtype=dtype, skip_tokenizer_init=True, max_model_len=256,
+                                   **settings)
         vllm_config = VllmConfig(model_config=model_config)
         with set_current_vllm_config(vllm_config):
             if not parallel_state.model_parallel_is_initialized():
