@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.utils.checkpoint
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -10,16 +11,43 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
-def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
+                   chunk: int | None = None) -> torch.Tensor:
     """log π(token_t | tokens_<t) at each position t (0 at t = 0), logits divided by
-    the sampling temperature as when the tokens were drawn. Right-padded batches."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
+    the sampling temperature as when the tokens were drawn. Right-padded batches.
+
+    chunk None: one forward to the full [B, T, V] logits, cast to fp32. chunk n: the
+    decoder's last hidden state, then the output head over n positions at a time, each
+    chunk's fp32 logits recomputed in backward (checkpointed), so at most one [B, n, V]
+    block is alive: for models whose logits are the output embedding of the last hidden
+    state (Qwen3.5, Qwen3, Llama; no soft-capping)."""
+    target = input_ids[:, 1:]
+    if not chunk:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
+        lp = _target_logprobs(logits, target, temperature)
+    else:
+        h = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1]
+        head = model.get_output_embeddings()
+        parts = []
+        for s in range(0, h.shape[1], chunk):
+            args = (head, h[:, s:s + chunk], target[:, s:s + chunk], temperature)
+            if torch.is_grad_enabled():
+                parts.append(torch.utils.checkpoint.checkpoint(_head_logprobs, *args, use_reentrant=False))
+            else:
+                parts.append(_head_logprobs(*args))
+        lp = torch.cat(parts, dim=1) if parts else h.new_zeros(h.shape[:2], dtype=torch.float32)
+    return torch.nn.functional.pad(lp, (1, 0))
+
+
+def _target_logprobs(logits: torch.Tensor, target: torch.Tensor, temperature: float) -> torch.Tensor:
     if temperature != 1.0:
         logits = logits / temperature
-    target = input_ids[:, 1:]
     # log_softmax at the target only: logit − logsumexp, without a [B, L, V] log-prob copy
-    lp = logits.gather(-1, target.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-    return torch.nn.functional.pad(lp, (1, 0))
+    return logits.gather(-1, target.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def _head_logprobs(head, h: torch.Tensor, target: torch.Tensor, temperature: float) -> torch.Tensor:
+    return _target_logprobs(head(h).float(), target, temperature)
 
 
 def clipped_policy_loss(logp, old_logp, adv, mask, clip_low: float = 0.2, clip_high: float | None = None, weight=None):

@@ -12,6 +12,10 @@ One step t:
      the frozen reference, AdamW, gradient clipping (PPO: plus a clipped value loss);
   4. a checkpoint (weights, optimizer, counters) is written atomically, so a killed
      run resumes and ends where an uninterrupted one would.
+
+With a collective of several ranks (torchrun) the policy, critic and reference are
+sharded by FSDP2 and each rank rolls out its share of the episodes (esopt.rl.sharding);
+the update equals the one-rank update on the gathered batch.
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ from esopt.agent.tokens import TokenTrajectory
 from esopt.io import atomic_path
 from esopt.rl.advantages import gae, group_advantages, masked_whiten
 from esopt.rl.critic import ValueModel
-from esopt.rl.losses import clipped_policy_loss, clipped_value_loss, kl_k3, masked_mean, token_logprobs
+from esopt.rl.losses import clipped_policy_loss, clipped_value_loss, kl_k3, masked_mean
+from esopt.rl.sharding import (TokenScorer, all_reduce_sum, enable_checkpointing, full_params, gathered_map,
+                               load_state_dicts, lockstep_rows, shard, state_dicts)
 from esopt.seeding import derive_seed
 
 log = logging.getLogger(__name__)
@@ -61,6 +67,8 @@ class RLConfig:
     critic_lr: float = 1e-5
     vf_clip: float | None = 0.2
     vf_coef: float = 0.5  # weight of the value loss when the critic shares the policy
+    gradient_checkpointing: bool = False  # recompute decoder activations in backward (policy, critic)
+    logits_chunk: int | None = None  # positions per output-head block (None: full [B, T, V] logits)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -89,7 +97,9 @@ class RLConfig:
             clip_low=rl["clip_low"], clip_high=rl["clip_high"], kl_coef=rl["kl_coef"], max_grad_norm=rl["max_grad_norm"],
             temperature=sampling["temperature"], gamma=per.get("gamma", 1.0), lam=per.get("lam", 1.0),
             critic=per.get("critic", "separate"), critic_lr=per.get("critic_lr", rl["lr"]),
-            vf_clip=per.get("vf_clip", 0.2), vf_coef=per.get("vf_coef", 0.5), seed=seed,
+            vf_clip=per.get("vf_clip", 0.2), vf_coef=per.get("vf_coef", 0.5),
+            gradient_checkpointing=rl.get("gradient_checkpointing", False), logits_chunk=rl.get("logits_chunk"),
+            seed=seed,
         )
 
 
@@ -118,7 +128,8 @@ def rl_flops(params: int, critic_params: int, totals: dict, cfg: "RLConfig") -> 
 
 
 # rollout_fn(policy, tasks seed, sampling seed, group_size, counters) -> token trajectories,
-# groups of `group_size` consecutive episodes sharing a task
+# groups of `group_size` consecutive episodes sharing a task. Over several ranks it is called
+# with shard=(rank, world_size) and returns only the episodes i with i % world_size == rank.
 RolloutFn = Callable[[torch.nn.Module, int, int, int, dict], list[TokenTrajectory]]
 
 
@@ -182,6 +193,7 @@ class RLTrainer:
     run_info: dict[str, Any] = field(default_factory=dict)  # checked on resume
     on_step: Callable[[dict[str, Any]], None] | None = None
     progress: bool = True
+    collective: Any = None  # esopt.es.distributed.Collective; several ranks shard the models
 
     def __post_init__(self) -> None:
         c = self.cfg
@@ -190,6 +202,23 @@ class RLTrainer:
         if c.kl_coef > 0 and self.reference is None:
             self.reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
         self.shared = self.critic is not None and c.critic == "shared"
+        self.rank = self.collective.rank if self.collective is not None else 0
+        self.world = self.collective.world_size if self.collective is not None else 1
+        if c.gradient_checkpointing:
+            for m in (self.policy, self.critic.backbone if self.critic is not None and not self.shared else None):
+                if m is not None:
+                    enable_checkpointing(m)
+        self.scorer = TokenScorer(self.policy, c.logits_chunk)
+        self.ref_scorer = TokenScorer(self.reference, c.logits_chunk) if self.reference is not None else None
+        if self.world > 1:
+            if self.shared:
+                raise ValueError("rl.ppo.critic 'shared' cannot be sharded over ranks; use 'separate' or one rank")
+            device = next(self.policy.parameters()).device
+            shard(self.scorer, self.policy, device)
+            if self.ref_scorer is not None:
+                shard(self.ref_scorer, self.reference, device)
+            if self.critic is not None:
+                shard(self.critic, self.critic.backbone, device)
         params = list(self.policy.parameters()) + (list(self.critic.head.parameters()) if self.shared else [])
         self.opt = torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay)
         self.critic_opt = (torch.optim.AdamW(self.critic.parameters(), lr=c.critic_lr, weight_decay=c.weight_decay)
@@ -198,37 +227,55 @@ class RLTrainer:
         self.totals = {"episodes": 0, "generated_tokens": 0, "rollout_tokens": 0, "train_tokens": 0, "wall_s": 0.0}
 
     # ---- checkpointing -------------------------------------------------------------
+    def _run_record(self) -> dict[str, Any]:
+        return {"rl": asdict(self.cfg), **self.run_info, **({"ranks": self.world} if self.world > 1 else {})}
+
     def state(self) -> dict[str, Any]:
+        """Everything a resumed run needs. Sharded: full state dicts keyed by parameter name,
+        gathered on rank 0 (a collective: every rank calls it)."""
+        if self.world > 1:
+            policy, opt = state_dicts(self.policy, self.opt)
+            critic, critic_opt = state_dicts(self.critic, self.critic_opt) if self.critic_opt else (None, None)
+        else:
+            policy, opt = self.policy.state_dict(), self.opt.state_dict()
+            critic = self.critic.state_dict() if self.critic is not None and not self.shared else None
+            critic_opt = self.critic_opt.state_dict() if self.critic_opt else None
         return {
-            "run": {"rl": asdict(self.cfg), **self.run_info}, "step": len(self.metrics),
-            "policy": self.policy.state_dict(), "opt": self.opt.state_dict(),
-            "critic": self.critic.state_dict() if self.critic is not None and not self.shared else None,
-            "critic_head": self.critic.head.state_dict() if self.shared else None,
-            "critic_opt": self.critic_opt.state_dict() if self.critic_opt else None,
+            "run": self._run_record(), "step": len(self.metrics), "policy": policy, "opt": opt, "critic": critic,
+            "critic_head": self.critic.head.state_dict() if self.shared else None, "critic_opt": critic_opt,
             "metrics": self.metrics, "totals": self.totals,
         }
 
     def save(self, path: str | os.PathLike) -> None:
-        with atomic_path(path) as tmp:
-            torch.save(self.state(), tmp)
+        st = self.state()
+        if self.rank == 0:
+            with atomic_path(path) as tmp:
+                torch.save(st, tmp)
+        if self.world > 1:
+            self.collective.barrier()  # the file is complete before any rank may read it
 
     def resume(self) -> int:
         p = self.checkpoint_path
         if p is None or not Path(p).exists():
             return 0
         st = torch.load(p, map_location="cpu", weights_only=False)
-        run = {"rl": asdict(self.cfg), **self.run_info}
+        run = self._run_record()
         if st["run"] != run:
             diff = sorted(k for k in set(st["run"]) | set(run) if st["run"].get(k) != run.get(k))
             raise ValueError(f"{p} belongs to a different run (differs in {diff}); delete it or use another output directory")
-        self.policy.load_state_dict(st["policy"])
-        self.opt.load_state_dict(st["opt"])
-        if st["critic"] is not None:
-            self.critic.load_state_dict(st["critic"])
+        if self.world > 1:
+            load_state_dicts(self.policy, self.opt, st["policy"], st["opt"])
+            if st["critic"] is not None:
+                load_state_dicts(self.critic, self.critic_opt, st["critic"], st["critic_opt"])
+        else:
+            self.policy.load_state_dict(st["policy"])
+            self.opt.load_state_dict(st["opt"])
+            if st["critic"] is not None:
+                self.critic.load_state_dict(st["critic"])
+            if st["critic_opt"] is not None:
+                self.critic_opt.load_state_dict(st["critic_opt"])
         if st["critic_head"] is not None:
             self.critic.head.load_state_dict(st["critic_head"])
-        if st["critic_opt"] is not None:
-            self.critic_opt.load_state_dict(st["critic_opt"])
         self.metrics, self.totals = st["metrics"], st["totals"]
         log.info("resumed from %s after %d steps", p, st["step"])
         return st["step"]
@@ -240,12 +287,19 @@ class RLTrainer:
         return [chunk for chunk in perm.chunk(min(self.cfg.minibatches, n)) if chunk.numel()]
 
     @torch.no_grad()
+    def _rowwise(self, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """fn(input_ids, attention_mask) over all rows of the batch, 256 rows at a time; over
+        several ranks each computes its rows in lockstep and the results are all-gathered."""
+        ids, am = batch["input_ids"], batch["attention_mask"]
+        dev = next(self.policy.parameters()).device
+        if self.world == 1:
+            return torch.cat([fn(ids[i].to(dev), am[i].to(dev)).float().cpu() for i in torch.arange(ids.shape[0]).split(256)])
+        return gathered_map(lambda rows: fn(ids[rows].to(dev), am[rows].to(dev)), ids.shape[0], ids.shape[1],
+                            self.rank, self.world, 256, self.collective.all_gather)
+
     def _values(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         self.critic.eval()
-        out = []
-        for idx in torch.arange(batch["input_ids"].shape[0]).split(256):
-            out.append(self.critic(batch["input_ids"][idx], batch["attention_mask"][idx]).float())
-        return torch.cat(out) * batch["loss_mask"]
+        return self._rowwise(self.critic, batch) * batch["loss_mask"]
 
     def advantages(self, trajs: Sequence[TokenTrajectory], batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         c = self.cfg
@@ -271,24 +325,22 @@ class RLTrainer:
         c = self.cfg
         start = time.perf_counter()
         counters: dict[str, int] = {}
-        trajs = self.rollout_fn(self.policy, derive_seed("rl-tasks", c.seed, t), derive_seed("rl-sampling", c.seed, t),
-                                c.group_size, counters)
+        trajs = self._rollouts(t, counters)
         rollout_s = time.perf_counter() - start
         batch = collate(trajs, self.pad_id)
         batch.update(self.advantages(trajs, batch))
         batch["weight"] = self.loss_weights(trajs, batch)
         if self.reference is not None:
-            with torch.no_grad():
-                batch["ref_logp"] = torch.cat([
-                    token_logprobs(self.reference, batch["input_ids"][i], batch["attention_mask"][i], c.temperature)
-                    for i in torch.arange(batch["input_ids"].shape[0]).split(256)])
+            batch["ref_logp"] = self._rowwise(lambda ids, am: self.ref_scorer(ids, am, c.temperature), batch)
         self.policy.train()
         if self.critic is not None:
             self.critic.train()
         stats: dict[str, list[float]] = {}
         train_tokens = 0
+        device = next(self.policy.parameters()).device
         for epoch in range(c.epochs):
             for idx in self._minibatches(batch["input_ids"].shape[0], t, epoch):
+                # the weight of the whole (global) mini-batch: each rank's loss is its share of it
                 total_w = batch["weight"][idx].sum().clamp(min=1e-12)
                 self.opt.zero_grad(set_to_none=True)
                 if self.critic_opt is not None:
@@ -296,14 +348,18 @@ class RLTrainer:
                 st_sum: dict[str, float] = {}
                 # Gradient accumulation over micro-batches: the loss is the (weighted) token
                 # mean over the whole mini-batch, the activations those of one micro-batch.
-                for micro in idx.split(c.micro_batch):
-                    mb = {k: v[micro] for k, v in batch.items()}
+                # This rank's rows of the mini-batch (all of them on one rank), as many micro-batches
+                # on every rank; a rank out of rows runs a zero-weight one (forwards are collectives).
+                for pos in lockstep_rows(len(idx), self.rank, self.world, c.micro_batch):
+                    empty = pos.numel() == 0
+                    mb = {k: v[idx[pos] if not empty else idx[:1]] for k, v in batch.items()}
                     width = int(mb["attention_mask"].sum(1).max())
                     mb = {k: (v[:, :width] if v.dim() == 2 else v) for k, v in mb.items()}
-                    train_tokens += int(mb["attention_mask"].sum())
+                    mb = {k: v.to(device) for k, v in mb.items()}  # the batch is built on the CPU
+                    train_tokens += 0 if empty else int(mb["attention_mask"].sum())
                     mask, w = mb["loss_mask"], mb["weight"]
-                    share = float(w.sum() / total_w)  # this micro-batch's part of the mean
-                    logp = token_logprobs(self.policy, mb["input_ids"], mb["attention_mask"], c.temperature)
+                    share = 0.0 if empty else float(w.sum() / total_w)  # this micro-batch's part of the mean
+                    logp = self.scorer(mb["input_ids"], mb["attention_mask"], c.temperature)
                     loss, st = clipped_policy_loss(logp, mb["old_logp"], mb["advantages"], mask, c.clip_low, c.clip_high, w)
                     st["pg_loss"] = loss.item()
                     if self.reference is not None:
@@ -317,18 +373,25 @@ class RLTrainer:
                         if self.shared:
                             loss = loss + c.vf_coef * vf
                         else:
-                            (vf * share).backward()
-                    (loss * share).backward()
+                            (vf * share * self.world).backward()
+                    # × world: FSDP averages the ranks' gradients, the shares of the mean must add up
+                    (loss * share * self.world).backward()
                     for k, v in st.items():
                         st_sum[k] = st_sum.get(k, 0.0) + v * share
+                if self.world > 1:  # each rank summed its share of the global mean
+                    keys = sorted(st_sum)
+                    st_sum = dict(zip(keys, all_reduce_sum([st_sum[k] for k in keys], device)))
                 if self.critic_opt is not None:
                     torch.nn.utils.clip_grad_norm_(self.critic.parameters(), c.max_grad_norm)
                     self.critic_opt.step()
-                st_sum["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm))
+                norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm)
+                st_sum["grad_norm"] = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
                 self.opt.step()
                 for k, v in st_sum.items():
                     stats.setdefault(k, []).append(v)
         self.policy.eval()
+        if self.world > 1:
+            train_tokens = int(all_reduce_sum([train_tokens], device)[0])
         solved = [bool(tr.info.get("success")) for tr in trajs]
         n = len(trajs)
         rec = {
@@ -342,10 +405,32 @@ class RLTrainer:
         }
         return rec
 
+    def _rollouts(self, t: int, counters: dict[str, int]) -> list[TokenTrajectory]:
+        """The step's episodes. Several ranks: each rolls out its share with the full parameters
+        (its own sampling seed), and all ranks get every episode, in the one-rank order."""
+        c = self.cfg
+        tasks_seed = derive_seed("rl-tasks", c.seed, t)
+        if self.world == 1:
+            return self.rollout_fn(self.policy, tasks_seed, derive_seed("rl-sampling", c.seed, t), c.group_size, counters)
+        mine: dict[str, int] = {}
+        with full_params(self.scorer):
+            local = self.rollout_fn(self.policy, tasks_seed, derive_seed("rl-sampling", c.seed, t, self.rank),
+                                    c.group_size, mine, shard=(self.rank, self.world))
+        parts = self.collective.all_gather((local, mine))
+        trajs: list[Any] = [None] * sum(len(p) for p, _ in parts)
+        for r, (part, cnt) in enumerate(parts):
+            for j, tr in enumerate(part):
+                trajs[r + j * self.world] = tr
+            for k, v in cnt.items():
+                counters[k] = counters.get(k, 0) + v
+        if any(tr is None for tr in trajs):
+            raise RuntimeError(f"ranks returned {[len(p) for p, _ in parts]} episodes: not rank i of every i % {self.world}")
+        return trajs
+
     def run(self) -> list[dict[str, Any]]:
         done = len(self.metrics) or self.resume()  # a caller may have resumed already
         bar = tqdm(range(done, self.cfg.steps), initial=done, total=self.cfg.steps,
-                   desc=f"Agentic {self.cfg.algo.upper()} steps", disable=not self.progress)
+                   desc=f"Agentic {self.cfg.algo.upper()} steps", disable=not self.progress or self.rank != 0)
         for t in bar:
             rec = self.step(t)
             self.metrics.append(rec)

@@ -1,0 +1,111 @@
+"""The RL baselines over 2 gloo ranks (FSDP2): one step equals the one-rank step on the same global batch."""
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from esopt.rl.critic import build_critic
+from esopt.rl.losses import token_logprobs
+from esopt.rl.sharding import enable_checkpointing, lockstep_rows
+from esopt.rl.trainer import RLConfig, RLTrainer
+from test_rl import _fixed_batch
+
+WORKER = Path(__file__).with_name("rl_sharded_worker.py")
+# fp32 on one thread: the two runs sum the same numbers in a different order (per-rank
+# gradients reduced over ranks, stats all-reduced), so equal to rounding, not bit for bit.
+# (PPO's first-step surrogate is −mean of whitened advantages: 0 up to rounding, hence the abs.)
+# AdamW's first step moves a weight by lr·g/(|g| + eps): where a gradient entry is within
+# rounding of 0 that ratio is not stable, so the weights agree to 1e-6 on all but 0.1% of
+# the entries of each tensor, and to 1% of lr everywhere.
+LOSS_RTOL, LOSS_ATOL, WEIGHT_ATOL, STRAY_FRACTION, STRAY_ATOL = 1e-5, 1e-6, 1e-6, 1e-3, 1e-2
+
+
+def assert_same_weights(got, want, lr):
+    for k, w in want.items():
+        diff = (got[k] - w).abs()
+        assert float((diff > WEIGHT_ATOL).float().mean()) <= STRAY_FRACTION, (k, float(diff.max()))
+        assert float(diff.max()) <= STRAY_ATOL * lr, (k, float(diff.max()))
+
+CASES = {
+    # GRPO as the authors ran it (clip 0.2, KL 1e-3 to a sharded frozen reference), two
+    # optimizer steps of uneven micro-batches, gradient checkpointing and chunked logits on
+    "grpo": dict(algo="grpo", steps=1, tasks_per_step=3, group_size=2, lr=1e-3, minibatches=2, micro_batch=2,
+                 temperature=0.7, kl_coef=1e-3, gradient_checkpointing=True, logits_chunk=5),
+    # PPO with its separate critic, sharded too
+    "ppo": dict(algo="ppo", steps=1, tasks_per_step=5, group_size=1, lr=1e-3, minibatches=1, micro_batch=3,
+                temperature=0.7, critic_lr=3e-2, lam=0.95),
+}
+
+
+def test_lockstep_rows_give_every_rank_as_many_calls():
+    # 7 rows over 2 ranks, chunks of 2: rank 0 has 0 2 4 6, rank 1 has 1 3 5 and one empty call
+    assert [r.tolist() for r in lockstep_rows(7, 0, 2, 2)] == [[0, 2], [4, 6]]
+    assert [r.tolist() for r in lockstep_rows(7, 1, 2, 2)] == [[1, 3], [5]]
+    assert [r.tolist() for r in lockstep_rows(3, 1, 4, 2)] == [[1]]
+    assert [r.tolist() for r in lockstep_rows(3, 3, 4, 2)] == [[]]
+    assert [r.tolist() for r in lockstep_rows(5, 0, 1, 2)] == [[0, 1], [2, 3], [4]]
+
+
+def test_chunked_logprobs_and_checkpointing_match_the_full_logits(smoke_model):
+    from esopt.models.load import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer(smoke_model, dtype="float32")
+    ids = torch.randint(0, len(tok), (3, 17))
+    am = torch.ones_like(ids)
+    am[1, 12:] = 0
+    full = token_logprobs(model, ids, am, 0.7)
+    for chunk in (1, 5, 64):
+        assert torch.allclose(token_logprobs(model, ids, am, 0.7, chunk), full, rtol=0, atol=1e-5)
+    # gradients through the checkpointed chunks and decoder layers: the same as without
+    grads = {}
+    for ckpt, chunk in ((False, None), (True, 4)):
+        m = copy.deepcopy(model).train()
+        if ckpt:
+            enable_checkpointing(m)
+        token_logprobs(m, ids, am, 0.7, chunk).sum().backward()
+        grads[ckpt] = torch.cat([p.grad.flatten() for p in m.parameters()])
+    assert torch.allclose(grads[True], grads[False], rtol=1e-4, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def sharded(smoke_model, tmp_path_factory):
+    from esopt.models.load import load_model_and_tokenizer
+
+    base, tok = load_model_and_tokenizer(smoke_model, dtype="float32")
+    tmp = tmp_path_factory.mktemp("sharded")
+    episodes = {name: _fixed_batch(base, tok, c["tasks_per_step"] * c["group_size"], c["group_size"]) for name, c in CASES.items()}
+    torch.save({"cases": CASES, "episodes": episodes}, tmp / "batch.pt")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                          str(WORKER), str(smoke_model), str(tmp / "batch.pt"), str(tmp / "out.pt")],
+                         capture_output=True, text=True, env=env, timeout=240)
+    assert res.returncode == 0, res.stderr[-4000:]
+    return base, tok, episodes, torch.load(tmp / "out.pt", weights_only=False)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_two_ranks_take_the_one_rank_step(sharded, smoke_model, name):
+    base, tok, episodes, out = sharded
+    cfg = RLConfig(**CASES[name])
+    policy = copy.deepcopy(base)
+    critic = build_critic(policy, smoke_model) if cfg.algo == "ppo" else None
+    fixed = episodes[name]
+    one = RLTrainer(policy, cfg, lambda *a: copy.deepcopy(fixed), tok.pad_token_id, critic=critic, progress=False)
+    rec = one.step(0)
+    two = out[name]["rec"]
+    assert two["optimizer_steps"] == rec["optimizer_steps"] == cfg.minibatches
+    assert two["train_tokens"] == rec["train_tokens"] and two["episodes"] == rec["episodes"]
+    assert two["generated_tokens"] == 1 + 2  # each rank's counters, summed
+    for key in ("pg_loss", "grad_norm", "clip_frac", "kl_ref", "vf_loss"):
+        if key in rec:
+            assert two[key] == pytest.approx(rec[key], rel=LOSS_RTOL, abs=LOSS_ATOL), key
+    assert_same_weights(out[name]["policy"], policy.state_dict(), cfg.lr)
+    moved = max(float((w - base.state_dict()[k]).abs().max()) for k, w in policy.state_dict().items())
+    assert moved > 1e-4  # the step did move the weights (lr 1e-3)
+    if critic is not None:
+        assert_same_weights(out[name]["critic"], critic.state_dict(), cfg.critic_lr)
