@@ -162,6 +162,63 @@ def test_greedy_replies_match_hf_generate(engine, qwen3_model):
 
 
 @needs_vllm
+def test_presence_penalty_follows_hf_and_changes_replies(engine, qwen3_model):
+    """The same presence penalty in both engines (vLLM's SamplingParams, HF's logits processor):
+    the penalty changes greedy replies, and the two engines' penalized replies mostly agree."""
+    model, tok = load_model_and_tokenizer(qwen3_model)
+    prompts = [tok(f"r{i}c{j}=", add_special_tokens=False)["input_ids"] for i in range(1, 5) for j in range(1, 5)]
+    plain = Sampling(do_sample=False, max_new_tokens=12)
+    pen = Sampling(do_sample=False, max_new_tokens=12, presence_penalty=5.0)
+    hf = HFEngine(model, tok).generate(prompts, pen, ("p",))
+    ev = engine.generate(prompts, pen, ("p",))
+    ev_plain = engine.generate(prompts, plain, ("p",))
+    assert [c.token_ids for c in ev] != [c.token_ids for c in ev_plain]
+    repeats = lambda cs: sum(len(c.token_ids) - len(set(c.token_ids)) for c in cs)
+    assert repeats(ev) < repeats(ev_plain)
+    same = sum(a.token_ids == b.token_ids for a, b in zip(hf, ev))
+    assert same >= 0.75 * len(prompts), f"{same}/{len(prompts)} penalized greedy replies agree"
+
+
+@needs_vllm
+def test_replies_stop_at_every_eos_id_of_the_generation_config(engine, qwen3_model, tmp_path):
+    """A generation_config.json with two eos ids (as Qwen3.5's <|im_end|>, <|endoftext|>):
+    the engine stops at the second one too."""
+    import json
+    import shutil
+
+    from esopt.agent.engine import model_stop_token_ids
+
+    _, tok = load_model_and_tokenizer(qwen3_model)
+    prompts = [tok(f"r{i}c{j}=", add_special_tokens=False)["input_ids"] for i in range(1, 5) for j in range(1, 5)]
+    greedy = Sampling(do_sample=False, max_new_tokens=12)
+    free = engine.generate(prompts, greedy, ("e",))
+    i, k = next((i, k) for i, c in enumerate(free) for k in range(1, len(c.token_ids))
+                if c.token_ids[k] not in c.token_ids[:k] and c.token_ids[k] != tok.eos_token_id)
+    other = free[i].token_ids[k]  # emitted at step k of reply i, not before
+    two = tmp_path / "two_eos"
+    shutil.copytree(qwen3_model, two)
+    gen = json.loads((two / "generation_config.json").read_text())
+    (two / "generation_config.json").write_text(json.dumps({**gen, "eos_token_id": [tok.eos_token_id, other]}))
+    assert engine.stop_ids == [tok.eos_token_id]
+    engine.stop_ids = model_stop_token_ids(two, tok)  # as VLLMEngine(two, ...) would read them
+    try:
+        stopped = engine.generate([prompts[i]], greedy, ("e",))[0]
+    finally:
+        engine.stop_ids = [tok.eos_token_id]
+    assert stopped.token_ids == free[i].token_ids[: k + 1]
+
+
+@needs_vllm
+def test_this_vllm_prefix_caches_hybrid_models(engine):
+    """vLLM >= 0.15 (CacheConfig.mamba_cache_mode): prefix caching stays on for Qwen3.5."""
+    import vllm
+
+    from esopt.agent.vllm_engine import caches_hybrid_prefixes
+
+    assert caches_hybrid_prefixes(vllm) and engine.prefix_caching
+
+
+@needs_vllm
 def test_same_seeds_and_rewards_give_identical_weights_on_hf_and_vllm(engine, qwen3_model):
     """apply / revert / update with the same seeds and coefficients, compared tensor by tensor
     under HF names; linear weights included (vLLM's CPU backend would repack them away).

@@ -15,15 +15,27 @@ Seeds. `seed` is a key: the named parts of one random stream (esopt.seeding.deri
   on its episode, not on which other episodes are still running.
 Either way every ES member that runs the same prompts under the same seed draws the same
 noise: common random numbers across members.
+
+Stopping. A reply ends at the first of the model's stop ids (stop_token_ids): the tokenizer's
+eos and every id of generation_config.json's eos_token_id (Qwen3.5: <|im_end|>, which ends an
+assistant turn in its chat template, and <|endoftext|>).
+
+Presence penalty (Sampling.presence_penalty, OpenAI's and vLLM's definition): before
+temperature, top-k and top-p, the logit of every token that already occurs in the reply
+generated so far (not the prompt) is lowered by the penalty, once however often it occurs.
+Applied in greedy and sampled decoding alike, as vLLM does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from esopt.seeding import derive_seed
 
@@ -37,13 +49,20 @@ class Sampling:
     top_p: float = 0.8
     top_k: int = 20
     max_new_tokens: int = 16  # cap on tokens per turn
+    presence_penalty: float = 0.0  # subtracted from the logit of every token already in the reply
+
+    def __post_init__(self):
+        if self.presence_penalty < 0:
+            raise ValueError(f"presence_penalty must be >= 0, got {self.presence_penalty}")
 
     @classmethod
     def from_profile(cls, profile: dict[str, Any], max_new_tokens: int, do_sample: bool = True) -> Sampling:
-        """A config's sampling profile ({temperature, top_p, top_k}) with a per-turn token cap;
-        do_sample False: greedy (the profile is kept but unused)."""
+        """A config's sampling profile ({temperature, top_p, top_k, presence_penalty}) with a
+        per-turn token cap; do_sample False: greedy (temperature, top-p and top-k are kept but
+        unused; the presence penalty applies)."""
         return cls(do_sample=do_sample, temperature=profile["temperature"], top_p=profile["top_p"],
-                   top_k=profile["top_k"], max_new_tokens=max_new_tokens)
+                   top_k=profile["top_k"], max_new_tokens=max_new_tokens,
+                   presence_penalty=float(profile.get("presence_penalty", 0.0)))
 
     @property
     def logprob_temperature(self) -> float:
@@ -63,7 +82,8 @@ class Sampling:
 class Completion:
     token_ids: list[int]  # the reply as generated, through its first EOS (or cut at max_new_tokens)
     text: str  # token_ids decoded without special tokens
-    logprobs: list[float] | None = None  # per token: log_softmax(logits / T), before top-k/top-p; when asked
+    logprobs: list[float] | None = None  # per token: log_softmax(logits / T) of the model, before presence
+    # penalty and top-k/top-p; when asked
 
 
 class Engine(Protocol):
@@ -85,22 +105,73 @@ def count(counters: dict[str, int] | None, calls: int, prompt_tokens: int, gener
         counters[k] = counters.get(k, 0) + v
 
 
-def trim_at_eos(ids: list[int], eos_id: int | None) -> list[int]:
-    """ids through the first EOS (what follows is padding)."""
-    return ids[: ids.index(eos_id) + 1] if eos_id is not None and eos_id in ids else ids
+def trim_at_eos(ids: list[int], eos_id: int | Collection[int] | None) -> list[int]:
+    """ids through the first stop id (what follows is padding); eos_id: one id or several."""
+    stops = {eos_id} if isinstance(eos_id, int) else set(eos_id or ())
+    for i, t in enumerate(ids):
+        if t in stops:
+            return ids[: i + 1]
+    return ids
+
+
+def _ids(value: Any) -> list[int]:
+    """An eos_token_id field (None, one id or a list) as a list."""
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
+
+
+def stop_token_ids(tokenizer, generation_eos: Any = None) -> list[int]:
+    """The ids a reply stops at: the tokenizer's eos, then every id of the model's
+    generation_config eos_token_id (one id or a list), each once, in that order."""
+    out: list[int] = []
+    for i in _ids(tokenizer.eos_token_id) + _ids(generation_eos):
+        if i not in out:
+            out.append(i)
+    if not out:
+        raise ValueError("the tokenizer has no eos_token and the model's generation config no eos_token_id: "
+                         "a reply would never stop before max_new_tokens")
+    return out
+
+
+def model_stop_token_ids(model_dir: str | Path, tokenizer) -> list[int]:
+    """stop_token_ids from a model directory: its generation_config.json's eos_token_id when
+    the file is there, else the tokenizer's eos alone."""
+    path = Path(model_dir) / "generation_config.json"
+    eos = json.loads(path.read_text()).get("eos_token_id") if path.is_file() else None
+    return stop_token_ids(tokenizer, eos)
+
+
+class PresencePenalty(LogitsProcessor):
+    """OpenAI's and vLLM's presence penalty for HF generate: `penalty` off the logit of every
+    token that occurs in the generated part of the row (the ids after `prompt_width`, the
+    width of the left-padded prompt batch), once however often it occurs."""
+
+    def __init__(self, penalty: float, prompt_width: int):
+        self.penalty, self.prompt_width = float(penalty), prompt_width
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        generated = input_ids[:, self.prompt_width:]
+        if generated.shape[1] == 0:
+            return scores
+        seen = torch.zeros_like(scores, dtype=torch.bool).scatter_(1, generated, True)
+        return scores - self.penalty * seen.to(scores.dtype)
 
 
 class HFEngine:
     """Hugging Face generate on a left-padded batch: the model as it is now, in place.
 
     ES perturbs the module's parameters directly (esopt.es.Perturber), so every call
-    sees the current member's weights with no copy.
+    sees the current member's weights with no copy. Replies stop at stop_token_ids of the
+    tokenizer and the model's generation config (from_pretrained reads generation_config.json).
     """
 
     name = "hf"
 
     def __init__(self, model: torch.nn.Module, tokenizer, batch_size: int | None = None):
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
+        gen = getattr(model, "generation_config", None)
+        self.stop_ids = stop_token_ids(tokenizer, getattr(gen, "eos_token_id", None))
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], sampling: Sampling, seed: SeedKey, *,
@@ -109,7 +180,8 @@ class HFEngine:
         tok, model = self.tokenizer, self.model
         model.eval()
         device = next(model.parameters()).device
-        pad_id, eos_id = tok.pad_token_id, tok.eos_token_id
+        pad_id, stops = tok.pad_token_id, self.stop_ids
+        eos_arg = stops[0] if len(stops) == 1 else stops
         step = self.batch_size or len(prompts) or 1
         done: list[Completion] = []
         for lo in range(0, len(prompts), step):
@@ -122,15 +194,19 @@ class HFEngine:
                 attn[r, width - len(p):] = 1
             if sampling.do_sample:
                 torch.manual_seed(derive_seed(*seed, lo))
+            extra = {}
+            if sampling.presence_penalty:  # none at 0: the decoding is then exactly what it was without it
+                extra["logits_processor"] = LogitsProcessorList([PresencePenalty(sampling.presence_penalty, width)])
             out = model.generate(
                 input_ids=ids.to(device), attention_mask=attn.to(device), **sampling.generate_kwargs(),
-                pad_token_id=pad_id, eos_token_id=eos_id, return_dict_in_generate=True, output_logits=logprobs,
+                pad_token_id=pad_id, eos_token_id=eos_arg, return_dict_in_generate=True, output_logits=logprobs,
+                **extra,
             )
             new = out.sequences[:, width:].cpu()
             logp = (torch.stack(out.logits, dim=1).float().div(sampling.logprob_temperature).log_softmax(-1).cpu()
                     if logprobs else None)
             for r in range(len(batch)):
-                gen = trim_at_eos(new[r].tolist(), eos_id)
+                gen = trim_at_eos(new[r].tolist(), stops)
                 lp = None
                 if logp is not None:
                     lp = logp[r, torch.arange(len(gen)), torch.tensor(gen, dtype=torch.long)].tolist() if gen else []
@@ -148,6 +224,14 @@ def as_engine(policy: Any, tokenizer, batch_size: int | None = None) -> Engine:
     return policy
 
 
+def hf_model_device(settings: dict[str, Any]) -> str | None:
+    """Where a job loads the HF copy of the model for engine settings (esopt.config.engine_settings):
+    the host (cpu) when the engine is vLLM, which refuses to start unless the GPU's free memory
+    covers its gpu_memory_utilization share (the copy only receives the final weights); else
+    None, esopt.models.load's default device (the GPU of the rank, which HF generate runs on)."""
+    return "cpu" if settings["name"] == "vllm" else None
+
+
 def open_engine(settings: dict[str, Any], model: torch.nn.Module, tokenizer, model_dir, seed: int = 0):
     """The rollout policy for engine settings (esopt.config.engine_settings): the HF model
     itself, or a VLLMEngine over model_dir. Returns (policy, record) where record names the
@@ -163,4 +247,4 @@ def open_engine(settings: dict[str, Any], model: torch.nn.Module, tokenizer, mod
     opts = {k: v for k, v in settings.items() if k != "name"}
     engine = VLLMEngine(model_dir, tokenizer, dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
                         seed=seed, **opts)
-    return engine, {"name": "vllm", "version": engine.version, **opts}
+    return engine, {"name": "vllm", "version": engine.version, **opts, "prefix_caching": engine.prefix_caching}

@@ -10,14 +10,17 @@ would hand one member's keys and values to the next.
 Seeds: each request is sampled with its own seed, derive_seed(*seed, "request", key)
 (esopt.agent.engine), so members see common random numbers per episode.
 
-One engine holds the whole model (tensor_parallel_size 1 is what is tested); one engine
-per GPU, with the population sharded across engines by esopt.es.distributed, as on the
-HF path.
+One engine holds the whole model (tensor_parallel_size 1): one engine per GPU, with the
+population sharded across engines by esopt.es.distributed, as on the HF path. Under
+torchrun each rank's engine sees only its own GPU (`rank_device`); tensor parallelism
+there is refused.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import json
 import logging
 import os
 import pickle
@@ -32,7 +35,7 @@ from typing import Any
 import psutil
 import torch
 
-from esopt.agent.engine import Completion, Sampling, SeedKey, count
+from esopt.agent.engine import Completion, Sampling, SeedKey, count, model_stop_token_ids
 from esopt.es.fidelity import Fidelity, param_groups
 from esopt.es.noise import CHUNK
 from esopt.es.rounding import check_rounding
@@ -101,22 +104,110 @@ def hf_parameter_layout(model: str | Path | Any, dtype: str | torch.dtype = "bfl
     return layout, param_groups(hf)
 
 
+def rank_device(env: dict[str, str] | None = None) -> str | None:
+    """The CUDA_VISIBLE_DEVICES entry of this torchrun rank's GPU (None outside torchrun).
+
+    Every engine of one job would otherwise start on cuda:0. Rank LOCAL_RANK takes the
+    LOCAL_RANK-th GPU of those the job may use: the entries of an existing
+    CUDA_VISIBLE_DEVICES (SLURM sets it to the allocated GPUs, as indices or UUIDs), or the
+    index LOCAL_RANK when it is unset."""
+    env = os.environ if env is None else env
+    if "LOCAL_RANK" not in env:
+        return None
+    local = int(env["LOCAL_RANK"])
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return str(local)
+    devices = [d.strip() for d in visible.split(",") if d.strip()]
+    if local >= len(devices):
+        raise RuntimeError(f"torchrun local rank {local} has no GPU of its own: CUDA_VISIBLE_DEVICES={visible!r} "
+                           f"lists {len(devices)}; run one process per GPU (--nproc-per-node <= the GPUs)")
+    return devices[local]
+
+
+@contextlib.contextmanager
+def _visible_devices(device: str | None):
+    """CUDA_VISIBLE_DEVICES set to `device` inside the block (the engine's processes start
+    there and keep it), as it was after."""
+    if device is None:
+        yield
+        return
+    old = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = device
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = old
+
+
+def is_hybrid(model_dir: str | Path) -> bool:
+    """Whether the model mixes linear-attention (recurrent) layers with attention, as Qwen3.5's
+    Gated DeltaNet and Qwen3-Next do (config.json's layer_types, or its text_config's)."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    types = config.get("layer_types") or (config.get("text_config") or {}).get("layer_types") or []
+    return any("linear" in t or "mamba" in t for t in types)
+
+
+def caches_hybrid_prefixes(vllm) -> bool:
+    """Whether this vLLM can prefix-cache hybrid models: from 0.15.0 on its CacheConfig has
+    mamba_cache_mode, whose 'align' mode checkpoints the recurrent state at block boundaries;
+    0.14 and before turn prefix caching off for them (docs/engine.md)."""
+    try:
+        from vllm.config import CacheConfig
+    except ImportError:
+        return False
+    return hasattr(CacheConfig, "mamba_cache_mode") or "mamba_cache_mode" in getattr(
+        CacheConfig, "__dataclass_fields__", {})
+
+
+def prefix_caching_setting(requested: bool, hybrid: bool, supported: bool) -> tuple[bool, str | None]:
+    """The prefix caching an engine runs with, and why it differs from the one asked for
+    (None when it does not)."""
+    if requested and hybrid and not supported:
+        return False, ("this vLLM cannot prefix-cache a hybrid (linear-attention) model such as Qwen3.5 "
+                       "(vLLM >= 0.15 can): prefix caching off")
+    return requested, None
+
 
 class VLLMEngine:
-    """A vLLM LLM over a saved HF model directory, ready for ES."""
+    """A vLLM LLM over a saved HF model directory, ready for ES.
+
+    Replies stop at the tokenizer's eos and every eos id of the model's generation_config.json.
+    Under torchrun the engine sees only the rank's GPU (rank_device) and must hold the whole
+    model (tensor_parallel_size 1). enable_prefix_caching: asked for, and turned off with a
+    logged reason where the installed vLLM cannot cache the model's layers (prefix_caching_setting).
+    """
 
     name = "vllm"
 
     def __init__(self, model_dir: str | Path, tokenizer, *, dtype: str = "bfloat16", seed: int = 0,
-                 gpu_memory_utilization: float = 0.9, max_model_len: int = 4096, **engine_kwargs: Any):
+                 gpu_memory_utilization: float = 0.9, max_model_len: int = 4096, enable_prefix_caching: bool = True,
+                 **engine_kwargs: Any):
         vllm = require_vllm()
         self.model_dir, self.tokenizer = str(model_dir), tokenizer
+        self.stop_ids = model_stop_token_ids(self.model_dir, tokenizer)
+        device = rank_device()
+        tp = int(engine_kwargs.get("tensor_parallel_size", 1))
+        if device is not None and tp != 1:
+            raise ValueError(f"tensor_parallel_size {tp} under torchrun: each rank runs one engine on its own GPU "
+                             "and holds the whole model (tensor_parallel_size 1); for a model too big for one GPU "
+                             "run the job as one process")
+        self.prefix_caching, why = prefix_caching_setting(enable_prefix_caching, is_hybrid(self.model_dir),
+                                                  caches_hybrid_prefixes(vllm))
+        if why:
+            log.warning("%s (vLLM %s)", why, vllm.__version__)
         before = {p.pid for p in psutil.Process().children(recursive=True)}
-        self.llm = vllm.LLM(
-            model=self.model_dir, tokenizer=self.model_dir, dtype=dtype, seed=seed,
-            gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-            enable_prefix_caching=True, worker_extension_cls=WORKER_EXTENSION, **engine_kwargs,
-        )
+        with _visible_devices(device):
+            self.llm = vllm.LLM(
+                model=self.model_dir, tokenizer=self.model_dir, dtype=dtype, seed=seed,
+                gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
+                enable_prefix_caching=self.prefix_caching, worker_extension_cls=WORKER_EXTENSION, **engine_kwargs,
+            )
+        if device is not None:
+            log.info("vLLM engine of local rank %s on CUDA device %s", os.environ["LOCAL_RANK"], device)
         procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
         self._reaper = _reap_with_driver(procs)
         self._closing = False
@@ -136,8 +227,7 @@ class VLLMEngine:
         if not prompts:
             return []
         keys = list(range(len(prompts))) if keys is None else list(keys)
-        eos = self.tokenizer.eos_token_id
-        params = [self._params(sampling, derive_seed(*seed, "request", k), eos) for k in keys]
+        params = [self._params(sampling, derive_seed(*seed, "request", k)) for k in keys]
         outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
         done = []
         for out in outs:
@@ -146,8 +236,10 @@ class VLLMEngine:
         count(counters, 1, sum(len(p) for p in prompts), sum(len(c.token_ids) for c in done))
         return done
 
-    def _params(self, sampling: Sampling, seed: int, eos: int):
-        common = {"max_tokens": sampling.max_new_tokens, "stop_token_ids": [eos], "detokenize": False}
+    def _params(self, sampling: Sampling, seed: int):
+        common = {"max_tokens": sampling.max_new_tokens, "stop_token_ids": list(self.stop_ids), "detokenize": False}
+        if sampling.presence_penalty:
+            common["presence_penalty"] = sampling.presence_penalty
         if not sampling.do_sample:
             return self._sampling_params(temperature=0.0, **common)
         return self._sampling_params(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,

@@ -55,7 +55,7 @@ def train_es(cfg: dict, model_dir: str, horizon: int, population: int, seed: int
     """Agentic ESOpt (or the es.variants ablation `variant`) from the model in `model_dir`.
     Every member sees the same task batch and sampling seed (common random numbers); the
     population is sharded over the collective's ranks, which must end at the same weights."""
-    from esopt.agent.engine import open_engine
+    from esopt.agent.engine import hf_model_device, open_engine
     from esopt.agent.rollout import kept_steps, write_trajectories
     from esopt.config import engine_settings, es_settings
     from esopt.es import ESConfig, ESTrainer
@@ -63,11 +63,13 @@ def train_es(cfg: dict, model_dir: str, horizon: int, population: int, seed: int
     from esopt.eval.episodes import EpisodeSpec, run_episodes, summarize
     from esopt.models.load import load_model_and_tokenizer
 
-    model, tok = load_model_and_tokenizer(model_dir)  # with vLLM: the host copy the result is saved from
+    engine = engine_settings(cfg, "sudoku")
+    # with vLLM: the host copy the result is saved from, off the GPU the engine needs
+    model, tok = load_model_and_tokenizer(model_dir, device=hf_model_device(engine))
     base_hash = weights_sha256(model)
     settings = es_settings(cfg, horizon, variant)
     es_cfg = ESConfig.from_settings(settings, population, seed)
-    policy, engine_record = open_engine(engine_settings(cfg, "sudoku"), model, tok, model_dir, seed=seed)
+    policy, engine_record = open_engine(engine, model, tok, model_dir, seed=seed)
     perturber = None
     if policy is not model:  # ES inside the engine: the HF model waits on the host for the final weights
         perturber = policy.perturber(es_cfg.update_rounding, revert=settings.get("revert", "auto"))
