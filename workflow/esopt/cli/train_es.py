@@ -11,13 +11,17 @@ A killed run leaves its progress in DIR/.resume/ and continues from there when r
 --variant NAME runs an ablation of config es.variants (e.g. vanilla: constant σ).
 Under torchrun (WORLD_SIZE > 1) the population is sharded across ranks, one model
 replica each (esopt.es.distributed); rank 0 writes the outputs, and the run stops
-with an error if the replicas' final weights differ.
+with an error if the replicas' final weights differ. Config `distributed` sets the process
+group's timeout, when ranks waiting for a slow one warn, and the per-member deadline
+(docs/es_core.md#timeouts); a run stopped by them exits 1 (the watchdog of a member that
+never returns: 124) and resumes when rerun.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
 from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
 from esopt.provenance.record import Provenance
@@ -34,10 +38,11 @@ def main_fn(args: argparse.Namespace) -> int:
         raise ValueError(f"--benchmark {args.benchmark!r}: expected one of {BENCHMARKS}")
     if args.horizon not in cfg["sudoku"]["horizons"]:
         log.warning("horizon %d is not in the config's sudoku.horizons %s", args.horizon, cfg["sudoku"]["horizons"])
-    from esopt.es.distributed import from_env
+    from esopt.es.deadline import MemberDeadlineError
+    from esopt.es.distributed import SlowRankError, from_config
     from esopt.eval.sudoku_training import train_es
 
-    collective = from_env(args.backend or (cfg.get("distributed") or {}).get("backend", "auto"))
+    collective = from_config(cfg, args.backend)  # the process group's timeouts and the member deadline
     try:
         run = RunDir(args.out, create=collective.is_main)
         collective.barrier()
@@ -48,6 +53,7 @@ def main_fn(args: argparse.Namespace) -> int:
         if not collective.is_main:
             collective.barrier()  # rank 0 publishes
             return 0
+        collective.progress(stage="publishing the outputs")  # what the others' wait messages show
         # Publish: every file is written atomically; history.json last-but-one, provenance last.
         run.save_model(result.model, result.tokenizer)
         run.publish_trajectories()
@@ -58,6 +64,10 @@ def main_fn(args: argparse.Namespace) -> int:
         collective.barrier()
         log.info("done: %s", run.out)
         return 0
+    except (SlowRankError, MemberDeadlineError) as e:  # the message names the rank, member and generation
+        log.debug("details", exc_info=True)
+        print(f"esopt: error: {e}", file=sys.stderr)
+        return 1
     finally:
         collective.close()
 

@@ -12,7 +12,9 @@ realized vs intended change and fraction of entries changed, per parameter group
 
 With a `Collective` of several ranks (esopt.es.distributed) each rank evaluates its
 share of the members and the rewards are all-gathered; every rank applies the same
-update, only rank 0 writes the history.
+update, only rank 0 writes the history. Each rank reports its progress to the others
+(member started, finished, wall time) for the slow-rank messages, and a member past the
+collective's member_deadline_s stops the run (esopt.es.deadline).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from esopt.es.deadline import member_deadline
 from esopt.es.distributed import Collective
 from esopt.es.fidelity import Fidelity
 from esopt.es.history import GenerationRecord, History
@@ -118,6 +121,8 @@ class ESTrainer:
     # they live, e.g. esopt.agent.vllm_engine.VLLMEngine.perturber(rounding)
     perturber: Any = None
     revert: str = "exact"  # es.revert for the default Perturber (esopt.es.perturb.resolve_revert)
+    # seconds one member may take (esopt.es.deadline); None: the collective's member_deadline_s
+    member_deadline_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.perturber is None:
@@ -161,13 +166,23 @@ class ESTrainer:
         tseed = task_seed(self.cfg, t)
         mine: dict[int, tuple[float, dict[str, Any]]] = {}
         perturbation = Fidelity()  # member 0's, on rank 0 (which writes the history): one is enough to see
-        for i in self.collective.members(self.cfg.population):
-            self.perturber.apply(seeds[i], sigma * signs[i], fidelity=perturbation if i == 0 else None)
-            try:
-                r, info = self.fitness(Member(t, i, seeds[i], signs[i], sigma, tseed))
-            finally:
-                self.perturber.revert()
+        c = self.collective
+        deadline = self.member_deadline_s if self.member_deadline_s is not None else c.member_deadline_s
+        members = list(c.members(self.cfg.population))
+        done: dict[int, float] = {}  # member -> wall s, reported to the other ranks
+        c.progress(generation=t, members=members, done=done, running=None)
+        for i in members:
+            t0 = time.perf_counter()
+            c.progress(running=i, running_since=time.time())
+            with member_deadline(deadline, i, t, c.rank, c.world_size):
+                self.perturber.apply(seeds[i], sigma * signs[i], fidelity=perturbation if i == 0 else None)
+                try:
+                    r, info = self.fitness(Member(t, i, seeds[i], signs[i], sigma, tseed))
+                finally:
+                    self.perturber.revert()
             mine[i] = (float(r), info)
+            done[i] = round(time.perf_counter() - t0, 3)
+            c.progress(done=done, running=None)
         for part in self.collective.all_gather(mine):  # rewards are all that travels
             mine.update(part)
         rewards = [mine[i][0] for i in range(self.cfg.population)]
