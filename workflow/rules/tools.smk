@@ -2,6 +2,13 @@
 # prompt-parameter co-evolution with Trace2Skill; config `tool_agents`.
 
 
+def train_agent_env(wc):
+    """A tool training job's conda environment: envs/vllm.yaml when its benchmark's engine is
+    vLLM (config: engine.math, engine.docvqa; the evaluation rules follow the engine alone),
+    except GRPO, which rolls out in HF whatever the engine."""
+    return ENGINE_ENVS["hf"] if AGENT_METHODS[wc.agent_method] == "grpo" else engine_env(wc.benchmark)
+
+
 # One task set of a benchmark: generated here, or loaded from local files / the hub.
 rule prepare_data:
     input:
@@ -62,7 +69,7 @@ rule train_agent:
         f"{LOGS}/train_agent/{{agent_method}}_{{benchmark}}_s{{seed}}.log",
     threads: config["threads"]
     conda:
-        "../../envs/esopt.yaml"
+        train_agent_env
     shell:
         "esopt train-agent --config {input.config} --method {params.method} --benchmark {wildcards.benchmark} "
         "--seed {wildcards.seed} --model {input.model} --data {input.data} --out {output.run} "
@@ -85,7 +92,7 @@ rule evaluate_agent_base:
         f"{LOGS}/evaluate_agent/no_skill_{{benchmark}}_{{dataset}}.log",
     threads: config["threads"]
     conda:
-        "../../envs/esopt.yaml"
+        lambda wc: engine_env(wc.benchmark)
     shell:
         "esopt evaluate-agent --config {input.config} --benchmark {wildcards.benchmark} --model {input.model} "
         '--data {input.data} --out {output.summary} --meta "{params.meta}" --rule {rule} > {log} 2>&1'
@@ -112,7 +119,7 @@ rule evaluate_agent:
         f"{LOGS}/evaluate_agent/{{agent_method}}_{{benchmark}}_{{dataset}}_s{{seed}}.log",
     threads: config["threads"]
     conda:
-        "../../envs/esopt.yaml"
+        lambda wc: engine_env(wc.benchmark)
     shell:
         "esopt evaluate-agent --config {input.config} --benchmark {wildcards.benchmark} --model {params.model} "
         '{params.skill} --data {input.data} --out {output.summary} --meta "{params.meta}" --rule {rule} > {log} 2>&1'

@@ -3,7 +3,9 @@
 Every task is answered k times (tool_agents.evaluate.samples or web.evaluate.samples,
 sampled decoding with k seeds); Mean@k is the mean score over all k x tasks episodes
 (success for math and web, ANLS for DocVQA). --skill adds a Trace2Skill document to the
-system prompt. Web summaries also give the success rate by site (`by_site`).
+system prompt. Web summaries also give the success rate by site (`by_site`). The episodes
+run on the benchmark's engine (engine.B: HF generate or vLLM, docs/engine.md); with vLLM
+the HF model is only read on the host, for its dtype.
 FILE.json holds Mean@k, each sample's score and how the episodes went;
 FILE.trajectories.jsonl every episode; FILE.provenance.json the record.
 """
@@ -31,8 +33,10 @@ def main_fn(args: argparse.Namespace) -> int:
         ToolEpisodeSpec,
         by_site,
         episode_envs,
+        host_device,
         load_tasks,
         make_tools,
+        rollout_policy,
         run_tool_episodes,
         summarize_tool,
     )
@@ -47,7 +51,7 @@ def main_fn(args: argparse.Namespace) -> int:
     ev = agent_section(cfg, args.benchmark)["evaluate"]
     seed = ev["seed"] if args.seed is None else args.seed
     skill = Path(args.skill).read_text() if args.skill else ""
-    model, tok = load_model_and_tokenizer(args.model)
+    model, tok = load_model_and_tokenizer(args.model, device=host_device(cfg, args.benchmark))
     tasks = load_tasks(args.data, args.benchmark)
     tools = make_tools(cfg, args.benchmark, args.data)
     inputs = [args.config, args.model, args.data] + ([args.skill] if args.skill else [])
@@ -58,11 +62,13 @@ def main_fn(args: argparse.Namespace) -> int:
     prov = Provenance("evaluate-agent", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                       seeds={"evaluate": seed}, inputs=inputs)
     samples, every = [], []
-    with episode_envs(cfg, args.benchmark, tools) as make_env:
+    with episode_envs(cfg, args.benchmark, tools) as make_env, \
+            rollout_policy(cfg, args.benchmark, model, tok, args.model, seed) as (policy, engine_record):
         spec = ToolEpisodeSpec.from_config(cfg, args.benchmark, ev["decoding"], batch_size=ev["batch_size"],
                                            make_env=make_env)
         for k in range(ev["samples"]):
-            trajs = run_tool_episodes(model, tok, spec, tools, tasks, seed=derive_seed("mean-at-k", seed, k), skill=skill)
+            trajs = run_tool_episodes(policy, tok, spec, tools, tasks, seed=derive_seed("mean-at-k", seed, k),
+                                      skill=skill)
             samples.append(summarize_tool(trajs))
             every += trajs
             log.info("sample %d/%d: score %.3f", k + 1, ev["samples"], samples[-1]["score"])
@@ -79,7 +85,8 @@ def main_fn(args: argparse.Namespace) -> int:
     from esopt.eval.tool_episodes import sandbox_provenance, web_provenance
 
     prov.write(out.with_suffix(".provenance.json"), outputs=[out, traj_path],
-               extra={"model_device": str(model.device), **sandbox_provenance(cfg, args.benchmark),
+               extra={"model_device": str(model.device), "engine": engine_record,
+                      **sandbox_provenance(cfg, args.benchmark),
                       **web_provenance(cfg, args.benchmark)})
     log.info("%s Mean@%d %.3f (samples %s)", args.benchmark, ev["samples"], summary["mean_at_k"],
              ", ".join(f"{x:.3f}" for x in scores))

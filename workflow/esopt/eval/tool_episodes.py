@@ -25,7 +25,7 @@ from typing import Any
 from esopt.agent.react import make_react_env, tool_instructions
 from esopt.agent.rollout import Sampling, Trajectory, rollout
 from esopt.agent.tools import Tool
-from esopt.config import agent_section, benchmark_block
+from esopt.config import agent_section, benchmark_block, engine_settings
 from esopt.envs.benchmarks import check, instructions, task_class
 from esopt.io import write_text_atomic
 
@@ -170,6 +170,32 @@ def generation_reset(cfg: dict[str, Any], benchmark: str) -> Callable[[], Any] |
     return lambda: webarena.reset_sites(w["reset"], urls=w["sites"])
 
 
+def host_device(cfg: dict[str, Any], benchmark: str) -> str | None:
+    """Where a job loads the HF model for the benchmark's engine (esopt.agent.engine.hf_model_device):
+    the host (cpu) beside a vLLM engine, which needs the accelerator's memory for itself (the
+    host copy receives the final weights, or serves the Trace2Skill analyst); else None, the
+    default device."""
+    from esopt.agent.engine import hf_model_device
+
+    return hf_model_device(engine_settings(cfg, benchmark))
+
+
+@contextlib.contextmanager
+def rollout_policy(cfg: dict[str, Any], benchmark: str, model, tokenizer, model_dir: str | os.PathLike,
+                   seed: int) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """The policy a benchmark's episodes run on (engine.B, docs/engine.md): the HF model
+    itself, or a vLLM engine over model_dir, closed on the way out. Yields (policy, the
+    engine's provenance record)."""
+    from esopt.agent.engine import open_engine
+
+    policy, record = open_engine(engine_settings(cfg, benchmark), model, tokenizer, model_dir, seed=seed)
+    try:
+        yield policy, record
+    finally:
+        if policy is not model:
+            policy.close()
+
+
 @dataclass(frozen=True)
 class ToolEpisodeSpec:
     """Everything about a batch of agent episodes except the model, tasks and seed.
@@ -207,7 +233,8 @@ class ToolEpisodeSpec:
 
 def run_tool_episodes(model, tokenizer, spec: ToolEpisodeSpec, tools: Sequence[Tool], tasks: Sequence[Any],
                       seed: int, skill: str = "", counters: dict[str, int] | None = None) -> list[Trajectory]:
-    """One episode per task with the model as it is now; `seed` fixes sampling. With
+    """One episode per task with the model (an HF model or an engine: `rollout_policy`) as
+    it is now; `seed` fixes sampling. With
     `spec.in_flight`, tasks run in consecutive chunks of that many (chunk c with seed
     derive_seed(seed, "chunk", c) from the second chunk on)."""
     from esopt.seeding import derive_seed

@@ -11,6 +11,11 @@ trace2skill        Trace2Skill alone on the frozen base model: each generation r
 grpo               Agentic GRPO (tool_agents.grpo over rl); observations are outside the
                    loss mask
 
+The episodes of ES and Trace2Skill run on the benchmark's engine (engine.B: HF generate,
+or vLLM with ES inside the engine, as esopt train-es runs Sudoku; docs/engine.md); with
+vLLM the HF model is loaded on the host and receives the final weights for saving. GRPO
+rolls out in HF whatever the engine (it needs log-probs vLLM does not give).
+
 A run works in a resume directory (esopt.provenance.run_dir): a killed run resumes
 from it and ends where an uninterrupted run would.
 """
@@ -55,10 +60,13 @@ class ToolTraining:
 
 
 # ---------------------------------------------------------------- prompt optimizer state
-def make_prompt_optimizer(cfg: dict, benchmark: str, seed: int, model_dir: str):
+def make_prompt_optimizer(cfg: dict, benchmark: str, seed: int, model_dir: str, base=None):
     """Trace2Skill with the configured analyst. A policy analyst is a frozen copy of
     the base model, so its proposals do not depend on where ES has moved the weights
-    (and a resumed run proposes exactly what an uninterrupted one did)."""
+    (and a resumed run proposes exactly what an uninterrupted one did). `base`: an
+    (HF model, tokenizer) that holds the base weights for the whole run and may serve as
+    that copy (with a vLLM engine, the host model: ES moves the engine's weights, not its);
+    None: a copy is loaded from model_dir."""
     from esopt.config import agent_section
     from esopt.envs.benchmarks import instructions
     from esopt.prompt.analyst import make_analyst
@@ -70,7 +78,7 @@ def make_prompt_optimizer(cfg: dict, benchmark: str, seed: int, model_dir: str):
     if spec.get("kind", "policy") == "policy":
         from esopt.models.load import load_model_and_tokenizer
 
-        model, tok = load_model_and_tokenizer(model_dir)
+        model, tok = base if base is not None else load_model_and_tokenizer(model_dir)
     analyst = make_analyst(spec, model=model, tokenizer=tok)
     return Trace2Skill(analyst, success_traces=t["success_traces"], failure_traces=t["failure_traces"],
                        max_edits_per_trace=t["max_edits_per_trace"], max_items=t["max_items"], seed=seed,
@@ -137,15 +145,23 @@ class PromptState:
 
 
 # ---------------------------------------------------------------- methods
-def run_es(run: ToolRun, cfg, model, tok, tools, train, spec, resume_dir: Path, traj_dir: Path, prompt: PromptState | None):
+def run_es(run: ToolRun, cfg, model, policy, tok, tools, train, spec, resume_dir: Path, traj_dir: Path,
+           prompt: PromptState | None):
+    """Agentic ESOpt with the episodes on `policy`: the HF `model` itself (perturbed in
+    place), or an engine (rollout_policy) whose perturber runs ES inside it; the engine's
+    final weights are then copied into `model`, which is what the run saves."""
     from esopt.agent.rollout import kept_steps, write_trajectories
     from esopt.config import tool_es_settings
     from esopt.es import ESConfig, ESTrainer
     from esopt.es.history import History, weights_sha256
+    from esopt.eval.sudoku_training import load_weights
     from esopt.eval.tool_episodes import generation_reset, run_tool_episodes, sample_batch, summarize_tool
 
     e = tool_es_settings(cfg, run.benchmark)
     es_cfg = ESConfig.from_settings(e, e["population"], run.seed)
+    perturber = None
+    if policy is not model:  # ES inside the engine: the HF model waits on the host for the final weights
+        perturber = policy.perturber(es_cfg.update_rounding, revert=e.get("revert", "auto"))
     keep = kept_steps(es_cfg.generations)
     history_path = resume_dir / "history.json"
     if prompt is not None:
@@ -159,7 +175,7 @@ def run_es(run: ToolRun, cfg, model, tok, tools, train, spec, resume_dir: Path, 
         counters: dict[str, int] = {}
         batch = sample_batch(train, e["tasks_per_member"], member.task_seed)
         skill = prompt.opt.context() if prompt else ""
-        trajs = run_tool_episodes(model, tok, spec, tools, batch, seed=member.task_seed, skill=skill, counters=counters)
+        trajs = run_tool_episodes(policy, tok, spec, tools, batch, seed=member.task_seed, skill=skill, counters=counters)
         if prompt is not None:
             prompt.save_rollouts(member.generation, member.index, trajs)
         if member.index == 0 and member.generation in keep:
@@ -178,19 +194,22 @@ def run_es(run: ToolRun, cfg, model, tok, tools, train, spec, resume_dir: Path, 
         if prompt is not None:
             prompt.update(rec.generation, prompt.load_rollouts(rec.generation))
 
-    trainer = ESTrainer(model, es_cfg, fitness, history_path=history_path,
+    trainer = ESTrainer(model if perturber is None else None, es_cfg, fitness, history_path=history_path,
                         run_info={"benchmark": run.benchmark, "method": run.method,
                                   "base_weights_sha256": weights_sha256(model), "tasks_per_member": e["tasks_per_member"],
                                   "episode": {"max_turns": spec.max_turns, "max_tool_calls": spec.max_tool_calls,
                                               "sampling": vars(spec.sampling)}},
-                        on_generation=on_generation, revert=e.get("revert", "exact"))
+                        on_generation=on_generation, revert=e.get("revert", "exact"), perturber=perturber)
     history = trainer.run()
+    if perturber is not None:
+        load_weights(model, policy.state_dict())
     history.final = {"weights_sha256": weights_sha256(model)}
     return history, [r.metrics() for r in history.generations]
 
 
-def run_trace2skill(run: ToolRun, cfg, model, tok, tools, train, spec, traj_dir: Path, prompt: PromptState):
-    """Trace2Skill alone: the base model's episodes of each generation feed the skill."""
+def run_trace2skill(run: ToolRun, cfg, policy, tok, tools, train, spec, traj_dir: Path, prompt: PromptState):
+    """Trace2Skill alone: the base model's episodes (on `policy`: the HF model or an engine)
+    of each generation feed the skill."""
     from types import SimpleNamespace
 
     from tqdm.auto import tqdm
@@ -210,7 +229,7 @@ def run_trace2skill(run: ToolRun, cfg, model, tok, tools, train, spec, traj_dir:
         if reset_sites is not None:
             reset_sites()
         tseed = task_seed(same_batches, t)
-        trajs = run_tool_episodes(model, tok, spec, tools, sample_batch(train, n, tseed), seed=tseed,
+        trajs = run_tool_episodes(policy, tok, spec, tools, sample_batch(train, n, tseed), seed=tseed,
                                   skill=prompt.opt.context())
         if t in keep:
             write_trajectories(traj_dir / f"gen{t:04d}.jsonl", trajs, generation=t)
@@ -264,38 +283,50 @@ def train_tool_agent(run: ToolRun, cfg: dict, model_dir: str, data_dir: str, res
     """One run of `run.method` from the base model in `model_dir` on the training set in
     `data_dir`; progress in `resume_dir`, sampled episodes in `traj_dir`."""
     import torch
+    import transformers
 
+    from esopt.config import agent_section
     from esopt.es.history import weights_sha256
-    from esopt.eval.tool_episodes import ToolEpisodeSpec, load_tasks, make_tools
-    from esopt.models.load import load_model_and_tokenizer
+    from esopt.eval.tool_episodes import (
+        ToolEpisodeSpec,
+        episode_envs,
+        host_device,
+        load_tasks,
+        make_tools,
+        rollout_policy,
+    )
+    from esopt.models.load import load_model_and_tokenizer, load_tokenizer
 
     if run.method not in METHODS:
         raise ValueError(f"--method {run.method!r}: expected one of {METHODS}")
-    from esopt.config import agent_section
-    from esopt.eval.tool_episodes import episode_envs
-
     ta = agent_section(cfg, run.benchmark)
     if run.method == "grpo" and run.benchmark == "web":
         raise ValueError("--method grpo: the web benchmark runs esopt, trace2skill and esopt_trace2skill")
     train = load_tasks(data_dir, run.benchmark)
     tools = make_tools(cfg, run.benchmark, data_dir)
-    prompt = None
-    if "trace2skill" in run.method:
-        prompt = PromptState(make_prompt_optimizer(cfg, run.benchmark, run.seed, model_dir), resume_dir)
     extra: dict[str, Any] = {"method": run.method, "benchmark": run.benchmark}
-    if run.method == "grpo":
-        _, tok = load_model_and_tokenizer(model_dir)
+    if run.method == "grpo":  # HF whatever engine.B says: the RL loss needs HF's log-probs
+        tok = load_tokenizer(model_dir)
         model, metrics = run_grpo(run, cfg, tok, model_dir, tools, train, run.benchmark, resume_dir, traj_dir)
         model = model.to(getattr(torch, ta.get("model", {}).get("dtype") or cfg["model"]["dtype"]))
+        extra["engine"] = {"name": "hf", "version": transformers.__version__}
         return ToolTraining(model, tok, metrics, checkpoint=resume_dir / "checkpoint.pt", extra=extra)
-    model, tok = load_model_and_tokenizer(model_dir)
+    device = host_device(cfg, run.benchmark)  # cpu beside a vLLM engine
+    model, tok = load_model_and_tokenizer(model_dir, device=device)
     extra["base_weights_sha256"] = weights_sha256(model)
-    with episode_envs(cfg, run.benchmark, tools) as make_env:
+    prompt = None
+    if "trace2skill" in run.method:
+        # beside a vLLM engine the host model keeps the base weights until the run ends: the analyst's copy
+        base = (model, tok) if device == "cpu" else None
+        prompt = PromptState(make_prompt_optimizer(cfg, run.benchmark, run.seed, model_dir, base=base), resume_dir)
+    with episode_envs(cfg, run.benchmark, tools) as make_env, \
+            rollout_policy(cfg, run.benchmark, model, tok, model_dir, run.seed) as (policy, engine_record):
+        extra.update(engine=engine_record, model_device=str(model.device))
         spec = ToolEpisodeSpec.from_config(cfg, run.benchmark, ta["es"].get("member_decoding", "sample"),
                                            ta["evaluate"].get("batch_size", 64), make_env=make_env)
         if run.method == "trace2skill":
-            metrics = run_trace2skill(run, cfg, model, tok, tools, train, spec, traj_dir, prompt)
+            metrics = run_trace2skill(run, cfg, policy, tok, tools, train, spec, traj_dir, prompt)
             return ToolTraining(None, tok, metrics, prompt=prompt, extra=extra)  # the weights did not move
-        history, metrics = run_es(run, cfg, model, tok, tools, train, spec, resume_dir, traj_dir, prompt)
+        history, metrics = run_es(run, cfg, model, policy, tok, tools, train, spec, resume_dir, traj_dir, prompt)
     extra["final_weights_sha256"] = history.final["weights_sha256"]
     return ToolTraining(model, tok, metrics, history=history, prompt=prompt, extra=extra)
