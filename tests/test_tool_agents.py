@@ -89,6 +89,7 @@ def test_each_method_writes_its_outputs(setup, method, tmp_path):
     assert (out / "skill.md").exists() == (method == "trace2skill")
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics) == (1 if method == "grpo" else 3)
+    assert json.loads((out / "provenance.json").read_text())["engine"]["name"] == "hf"  # engine.math: hf
 
 
 def test_coevolution_uses_the_es_rollouts_and_no_more(setup, tmp_path, monkeypatch):
@@ -154,7 +155,8 @@ def test_mean_at_k_is_the_mean_of_k_sampled_passes(setup, tmp_path):
     assert s["mean_at_k"] == pytest.approx(sum(s["scores"]) / 2)
     trajs = out.with_suffix(".trajectories.jsonl").read_text().splitlines()
     assert len(trajs) == 2 * 4
-    assert json.loads(out.with_suffix(".provenance.json").read_text())["command"] == "evaluate-agent"
+    prov = json.loads(out.with_suffix(".provenance.json").read_text())
+    assert prov["command"] == "evaluate-agent" and prov["engine"]["name"] == "hf"
 
 
 def test_audit_checks_tool_results_against_the_sections_they_depend_on(setup, tmp_path, capsys):
