@@ -36,11 +36,22 @@ def main(model_dir, batch_path, out_path):
             counters["generated_tokens"] = counters.get("generated_tokens", 0) + rank + 1  # summed over ranks
             return copy.deepcopy(fixed[rank::world])
 
-        trainer = RLTrainer(policy, cfg, rollout_fn, tok.pad_token_id, critic=critic, progress=False, collective=col)
+        ckpt = f"{out_path}.{name}.ckpt"
+        trainer = RLTrainer(policy, cfg, rollout_fn, tok.pad_token_id, critic=critic, progress=False, collective=col,
+                            checkpoint_path=ckpt)
         rec = trainer.step(0)
+        trainer.metrics.append(rec)
+        trainer.save(ckpt)
         weights = full_state_dict(policy)
         critic_w = full_state_dict(critic) if critic is not None else None
-        out[name] = {"rec": rec, "policy": weights, "critic": critic_w}
+        # a fresh sharded trainer resumes from the checkpoint to the same weights and AdamW state
+        again = copy.deepcopy(base)
+        resumed = RLTrainer(again, cfg, rollout_fn, tok.pad_token_id, progress=False, collective=col,
+                            critic=build_critic(again, model_dir) if cfg.algo == "ppo" else None, checkpoint_path=ckpt)
+        steps = resumed.resume()
+        same = {"steps": steps, "policy": full_state_dict(again),
+                "opt": resumed.state()["opt"].get("state"), "opt_want": trainer.state()["opt"].get("state")}  # rank 0's
+        out[name] = {"rec": rec, "policy": weights, "critic": critic_w, "resumed": same}
     if col.rank == 0:
         torch.save(out, out_path)
     col.barrier()

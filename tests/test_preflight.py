@@ -16,6 +16,7 @@ import pytest
 import yaml
 from conftest import ROOT, SMOKE
 
+from esopt.cluster.memory import GIB, QWEN35, Settings, estimate, shape
 from esopt.cluster.plan import JobRequest, cost_rows, format_cost, gpus_of, measured_runtimes, parse_dry_run, request
 from esopt.cluster.preflight import (check_data, check_disk, check_extras, check_models, check_slurm, preflight,
                                      report)
@@ -244,7 +245,8 @@ def test_the_papers_plan_has_every_job_with_the_profiles_resources(paper_plan):
     assert len(paper_plan) == 389
     by_rule = {j.rule: j for j in paper_plan}
     assert (by_rule["train_es"].gpus, by_rule["train_es"].runtime_min) == (4, 1440.0)  # torchrun, 4 ranks
-    assert (by_rule["train_web"].gpus, by_rule["train_rl"].gpus, by_rule["build_model"].gpus) == (4, 1, 0)
+    # train_rl: rl.ranks 4 torchrun ranks, one GPU each, as the authors' GRPO (accelerate, 4 processes)
+    assert (by_rule["train_web"].gpus, by_rule["train_rl"].gpus, by_rule["build_model"].gpus) == (4, 4, 0)
     rows = {r.rule: r for r in cost_rows(paper_plan)}
     assert rows["train_es"].gpu_hours == pytest.approx(36 * 4 * 1440 / 60)
     table = format_cost(list(rows.values()))
@@ -259,6 +261,7 @@ def test_the_command_prints_the_plan_and_every_problem_and_fails(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, env=env)
     assert res.returncode == 1, res.stderr[-2000:]
     assert "total" in res.stdout and "GPU-h" in res.stdout and "model qwen3.5-4b (sudoku): not staged" in res.stdout
+    assert "memory per GPU" in res.stdout and "Qwen3.5-27B" in res.stdout
     written = json.loads((tmp_path / "pre.json").read_text())
     assert len(written["problems"]) == res.stdout.count("\n- ") and "train_es" in {r["rule"] for r in written["plan"]}
 
@@ -299,3 +302,35 @@ def test_measured_wall_times_of_finished_jobs_stand_beside_the_estimate(tmp_path
     assert table[2].split()[-3:] == ["3.0", "min", "0.50"]  # 10 jobs x 3 min: half a job-hour
     assert table[3].split()[-2:] == ["-", "-"]  # nothing measured yet
     assert table[-2].split()[-5:] == ["1", "of", "2", "rules", "0.50"]
+
+
+def test_memory_estimate_counts_the_parameters_of_the_model_it_would_load():
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    tiny = dict(hidden_size=64, num_hidden_layers=4, intermediate_size=128, num_attention_heads=2, num_key_value_heads=1,
+                head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                linear_value_head_dim=16, vocab_size=384, tie_word_embeddings=False)
+    m = shape("tiny", tiny)
+    real = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**tiny))
+    assert m.params == sum(p.numel() for p in real.parameters()) and m.head_params == 384 * 64
+    assert (m.layers, m.full_layers) == (4, 1)  # Qwen3.5: every 4th layer full attention, the rest Gated DeltaNet
+    one = estimate(m, Settings(ranks=1, kl=False))
+    four = estimate(m, Settings(ranks=4, kl=False))
+    assert one["es"]["weights_bf16"] == 2 * m.params and four["es"] == one["es"]  # ES replicas are not sharded
+    assert one["grpo"]["policy_state_sharded"] == 16 * m.params == 4 * four["grpo"]["policy_state_sharded"]
+    assert "critic_state_sharded" in one["ppo"] and one["ppo"]["total"] > one["grpo"]["total"]
+    plain = estimate(m, Settings(gradient_checkpointing=False, logits_chunk=None))["grpo"]["train_phase"]
+    assert estimate(m, Settings(gradient_checkpointing=True, logits_chunk=None))["grpo"]["train_phase"] < plain
+    assert estimate(m, Settings(gradient_checkpointing=False, logits_chunk=64))["grpo"]["train_phase"] < plain
+
+
+def test_the_4b_shape_built_on_the_meta_device_is_the_papers_es_memory():
+    m = shape("Qwen3.5-4B", QWEN35["Qwen3.5-4B"])
+    # 4,205,751,296 parameters in bf16: 8.41 GB, what the paper reports for ESOpt on Qwen3.5-4B
+    assert m.params == 4_205_751_296 and round(2 * m.params / 1e9, 2) == 8.41
+    # GRPO as the authors ran it (4 ranks, KL reference, 1400-token examples) fits an 80 GB GPU
+    # sharded, with checkpointing and chunked logits; on one GPU without them it does not
+    run = dict(tokens=1400, micro_batch=4, es_sequences=32, batch_size=64, episodes=(256, 1024), kl=True)
+    sharded = estimate(m, Settings(ranks=4, gradient_checkpointing=True, logits_chunk=1024, **run))
+    alone = estimate(m, Settings(ranks=1, gradient_checkpointing=False, logits_chunk=None, **run))
+    assert sharded["grpo"]["total"] / GIB < 80 < alone["grpo"]["total"] / GIB

@@ -78,7 +78,8 @@ def sharded(smoke_model, tmp_path_factory):
 
     base, tok = load_model_and_tokenizer(smoke_model, dtype="float32")
     tmp = tmp_path_factory.mktemp("sharded")
-    episodes = {name: _fixed_batch(base, tok, c["tasks_per_step"] * c["group_size"], c["group_size"]) for name, c in CASES.items()}
+    episodes = {name: _fixed_batch(base, tok, c["tasks_per_step"] * c["group_size"], c["group_size"])
+                for name, c in CASES.items()}
     torch.save({"cases": CASES, "episodes": episodes}, tmp / "batch.pt")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
@@ -109,3 +110,9 @@ def test_two_ranks_take_the_one_rank_step(sharded, smoke_model, name):
     assert moved > 1e-4  # the step did move the weights (lr 1e-3)
     if critic is not None:
         assert_same_weights(out[name]["critic"], critic.state_dict(), cfg.critic_lr)
+    # the sharded checkpoint (full state dicts gathered on rank 0) resumes to the same state
+    resumed = out[name]["resumed"]
+    assert resumed["steps"] == 1
+    assert all(torch.equal(resumed["policy"][k], w) for k, w in out[name]["policy"].items())
+    assert resumed["opt"].keys() == resumed["opt_want"].keys() and len(resumed["opt"]) > 0
+    assert all(torch.equal(resumed["opt"][k]["exp_avg_sq"], v["exp_avg_sq"]) for k, v in resumed["opt_want"].items())

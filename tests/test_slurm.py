@@ -35,9 +35,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 # the command users type (`--profile slurm`: the profile found by name from the repository
 # root), with the one-node test cluster's overrides layered on top
 PROFILES = ["--profile", "slurm", "--profile", "profiles/slurm-local"]
-# rules the profile gives a GPU; train_es asks for its own (distributed.ranks x gpus_per_rank,
-# none in the smoke config) and the profile must not override that
-GPU_RULES = {"train_rl", "evaluate_base", "evaluate_es", "evaluate_rl", "memory", "train_agent", "evaluate_agent_base",
+# rules the profile gives a GPU; train_es and train_rl ask for their own (distributed.ranks
+# and rl.ranks x gpus_per_rank, none in the smoke config) and the profile must not override that
+SELF_SIZED = {"train_es", "train_rl"}
+GPU_RULES = {"evaluate_base", "evaluate_es", "evaluate_rl", "memory", "train_agent", "evaluate_agent_base",
              "evaluate_agent", "search_heuristics", "train_web", "evaluate_web_base", "evaluate_web"}
 TIMEOUT_S = 1800  # minutes on 2 cores, more with the tiny base check beside it (.ci/run)
 # the parts of the checkout the workflow needs are everything but these
@@ -105,7 +106,7 @@ def targets(workdir) -> list[str]:
         elif rule and line.startswith("    output: "):
             first.setdefault(rule, [o.strip() for o in line[len("    output: "):].split(",")])
             rule = None
-    assert GPU_RULES | {"train_es", "build_model", REPORT_RULE} <= set(first), sorted(first)
+    assert GPU_RULES | SELF_SIZED | {"build_model", REPORT_RULE} <= set(first), sorted(first)
     return [o for r, outs in first.items() if r != "all" and (not r.startswith("report_") or r == REPORT_RULE)
             for o in outs]
 
@@ -175,7 +176,7 @@ def test_gpu_rules_asked_slurm_for_a_gpu(workdir, run):
             assert job["JobState"] == "COMPLETED" and job["Partition"] == "debug", (p, job)
             asked_gpu = "gpu" in job.get("TresPerJob", "") + job.get("TresPerNode", "")
             assert asked_gpu == (rec["rule"] in GPU_RULES), (rec["rule"], job.get("TresPerJob"), job.get("TresPerNode"))
-    assert GPU_RULES | {"train_es"} <= set(seen), f"jobs no longer known to slurmctld; saw {sorted(seen)}"
+    assert GPU_RULES | SELF_SIZED <= set(seen), f"jobs no longer known to slurmctld; saw {sorted(seen)}"
 
 
 def test_a_failing_preflight_stops_the_run_before_any_job(workdir, run, tmp_path):

@@ -1,7 +1,17 @@
 # Stage 2b: Agentic GRPO / PPO baselines on the same model, environment and prompts as ES.
 
 
+# How train-rl starts: one process, or torchrun with rl.ranks ranks that shard the policy,
+# critic and reference (FSDP2) and split the rollouts, one GPU each (rl.gpus_per_rank).
+RL_RANKS = RL.get("ranks", 1)
+RL_GPUS = RL_RANKS * RL.get("gpus_per_rank", 0)
+RL_LAUNCH = "esopt" if RL_RANKS == 1 else (
+    f"python -m torch.distributed.run --standalone --nproc-per-node {RL_RANKS} -m esopt.cli.main"
+)
+
+
 # One RL run; budget.json says what it used (episodes, tokens, FLOPs, wall clock).
+# rl.ranks > 1: torchrun, GPUs and CPUs for every rank (memory per GPU: `esopt preflight`).
 rule train_rl:
     input:
         config=ancient(CONFIGFILE),  # reruns follow the config sections in params
@@ -19,11 +29,13 @@ rule train_rl:
         wildcards=lambda wc: wildcards_json(wc),
     log:
         f"{LOGS}/train_rl/{{method}}_h{{horizon}}_s{{seed}}.log",
-    threads: config["threads"]
+    threads: config["threads"] * RL_RANKS
+    resources:
+        gpu=RL_GPUS,
     conda:
         "../../envs/esopt.yaml"
     shell:
-        "esopt train-rl --config {input.config} {params.algo} --benchmark sudoku --horizon {wildcards.horizon} "
+        "{RL_LAUNCH} train-rl --config {input.config} {params.algo} --benchmark sudoku --horizon {wildcards.horizon} "
         "--seed {wildcards.seed} --model {input.model} "
         '--out {params.out} --rule {rule} --wildcards "{params.wildcards}" > {log} 2>&1'
 

@@ -6,9 +6,11 @@ Run it on the login node, from the repository root, with the profile and config 
 
 It plans the run as Snakemake will (`snakemake --dry-run` with the same profiles and
 config), prints the planned jobs per rule with the GPUs and runtime each asks for and the
-total GPU-hours, then checks every model, data set, extra, SLURM partition / account /
-GPU type and the disk space the run needs (esopt.cluster.preflight), and prints one list
-of what is missing with how to fix each. Exit 0: nothing missing; 1: something is.
+total GPU-hours, the memory per GPU of ES, GRPO and PPO for Qwen3.5-4B/9B/27B under the
+config's settings (esopt.cluster.memory: parameters counted on the meta device), then
+checks every model, data set, extra, SLURM partition / account / GPU type and the disk
+space the run needs (esopt.cluster.preflight), and prints one list of what is missing with
+how to fix each. Exit 0: nothing missing; 1: something is.
 A cluster run (any executor but local) runs the same checks in its onstart hook and stops
 before submitting a job while one fails.
 """
@@ -62,11 +64,15 @@ def main_fn(args: argparse.Namespace) -> int:
     rows = cost_rows(jobs, measured_runtimes(args.results))
     print(f"planned jobs of {args.config}" + (f" with --profile {' --profile '.join(args.profile)}" if args.profile else "")
           + ":\n" + format_cost(rows) + "\n")
+    from esopt.cluster.memory import qwen35_table
+
+    memory = qwen35_table(cfg, args.memory_tokens)
+    print(f"memory per GPU (estimate, docs/rl_baselines.md#memory-per-gpu):\n{memory}\n")
     problems = preflight(cfg, jobs, args.results, hashes=not args.skip_hashes)
     print(report(problems))
     if args.json:
         write_json_atomic(args.json, {"config": args.config, "profiles": args.profile,
-                                      "plan": [vars(r) for r in rows],
+                                      "plan": [vars(r) for r in rows], "memory": memory.splitlines(),
                                       "problems": [vars(p) for p in problems]})
     return 1 if problems else 0
 
@@ -80,6 +86,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results", help="the results directory (disk space, measured runtimes)")
     p.add_argument("--skip-hashes", action="store_true",
                    help="do not recompute the weight files' sha256 (minutes for a 27B model)")
+    p.add_argument("--memory-tokens", type=int, default=None,
+                   help="tokens per sequence in the memory estimate (default: rl.max_total_tokens, the cap)")
     p.add_argument("--json", default=None, help="also write the plan and the problems to this JSON file")
     return p
 

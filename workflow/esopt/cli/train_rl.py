@@ -7,6 +7,10 @@ DIR/budget.json     what the run used: steps, episodes, tokens, FLOPs, wall cloc
 DIR/trajectories/   token-level episodes of the first, every 10th and last step
 DIR/provenance.json
 A killed run leaves its checkpoint in DIR/.resume/ and continues from there when rerun.
+
+Under torchrun (rl.ranks > 1 in the pipeline) the policy, critic and reference are sharded
+over the ranks (FSDP2) and each rank rolls out its share of the episodes; rank 0 publishes:
+    torchrun --standalone --nproc-per-node 4 -m esopt.cli.main train-rl ...
 """
 
 from __future__ import annotations
@@ -34,20 +38,29 @@ def main_fn(args: argparse.Namespace) -> int:
         raise ValueError(f"--sampling {args.sampling!r}: expected one of {sorted(SAMPLING_PROFILES)}")
     if "rl" not in cfg:
         raise ValueError(f"{args.config} has no `rl` block")
-    run = RunDir(args.out)
-    prov = Provenance("train-rl", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
-                      seeds={"rl": args.seed}, inputs=[args.config, args.model])
-    result = train_rl(cfg, args.model, args.algo, args.sampling, args.horizon, args.seed, run.resume, run.trajectories)
+    from esopt.es.distributed import from_config
 
-    # Publish atomically; provenance last.
-    run.save_model(result.model, result.tokenizer)
-    run.publish_trajectories()
-    run.write_jsonl("metrics.jsonl", result.metrics)
-    run.write_json("budget.json", result.budget)
-    (run.resume / "checkpoint.pt").replace(run.add("checkpoint.pt"))
-    run.finish(prov, extra=result.extra)
-    log.info("done: %s", run.out)
-    return 0
+    collective = from_config(cfg)  # one process, or the torchrun ranks (distributed.backend, timeouts)
+    try:
+        run = RunDir(args.out, create=collective.is_main)
+        collective.barrier()
+        prov = Provenance("train-rl", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
+                          seeds={"rl": args.seed}, inputs=[args.config, args.model])
+        result = train_rl(cfg, args.model, args.algo, args.sampling, args.horizon, args.seed, run.resume,
+                          run.trajectories, collective)
+        if collective.is_main:
+            # Publish atomically; provenance last.
+            run.save_model(result.model, result.tokenizer)
+            run.publish_trajectories()
+            run.write_jsonl("metrics.jsonl", result.metrics)
+            run.write_json("budget.json", result.budget)
+            (run.resume / "checkpoint.pt").replace(run.add("checkpoint.pt"))
+            run.finish(prov, extra=result.extra)
+            log.info("done: %s", run.out)
+        collective.barrier()  # the others wait for rank 0's outputs
+        return 0
+    finally:
+        collective.close()
 
 
 def parser() -> argparse.ArgumentParser:

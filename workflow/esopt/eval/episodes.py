@@ -83,16 +83,18 @@ def summarize(trajs: list[Trajectory]) -> dict[str, Any]:
 
 def sudoku_rl_rollouts(cfg: dict[str, Any], tokenizer, horizon: int, sampling: Sampling):
     """The RL trainer's rollout_fn on Sudoku: a step's training puzzles at H*, each
-    repeated `group` times, as token trajectories (observations outside the loss mask)."""
+    repeated `group` times, as token trajectories (observations outside the loss mask);
+    with shard=(rank, world) only the episodes i with i % world == rank (esopt.rl.trainer)."""
     from esopt.agent.tokens import token_rollout
 
     s, r, a = cfg["sudoku"], cfg["rl"], cfg["agent"]
     system = instructions(s["size"], s["prompt"])
     max_turns = sudoku_max_turns(cfg, horizon)
 
-    def rollout_fn(policy, task_seed, sampling_seed, group, counters):
+    def rollout_fn(policy, task_seed, sampling_seed, group, counters, shard=(0, 1)):
         n_tasks = r["ppo" if group == 1 else "grpo"]["tasks_per_step"]
         tasks = [t for t in generate_puzzles(s["size"], horizon, n_tasks, seed=task_seed, split="train") for _ in range(group)]
+        tasks = tasks[shard[0]::shard[1]]
         return token_rollout(
             policy, tokenizer, lambda: SudokuEnv(max_turns, s["reward"], s["observation"]), tasks, system=system, sampling=sampling,
             seed=sampling_seed, max_turns=max_turns, history_turns=a["history_turns"],

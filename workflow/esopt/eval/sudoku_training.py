@@ -134,9 +134,11 @@ def load_weights(model, tensors: dict[str, Any]) -> None:
 
 
 def train_rl(cfg: dict, model_dir: str, algo: str, sampling_profile: str, horizon: int, seed: int,
-             resume_dir: Path, traj_dir: Path) -> SudokuTraining:
+             resume_dir: Path, traj_dir: Path, collective=None) -> SudokuTraining:
     """Agentic GRPO or PPO (`algo`) under a sampling profile (rl.trainer.SAMPLING_PROFILES)
-    from the model in `model_dir`; the optimizer checkpoint is resume_dir/checkpoint.pt."""
+    from the model in `model_dir`; the optimizer checkpoint is resume_dir/checkpoint.pt.
+    Over a collective of several ranks the models are sharded and each rank rolls out its
+    share of the episodes (esopt.rl.sharding); rank 0 returns the trained model, the others None."""
     import torch
 
     from esopt.agent.rollout import Sampling, kept_steps, write_trajectories
@@ -160,10 +162,10 @@ def train_rl(cfg: dict, model_dir: str, algo: str, sampling_profile: str, horizo
     inner = sudoku_rl_rollouts(cfg, tok, horizon, sampling)
     step_of = {"t": 0}
 
-    def rollout_fn(policy_, task_seed, sampling_seed, group, counters):
-        trajs = inner(policy_, task_seed, sampling_seed, group, counters)
+    def rollout_fn(policy_, task_seed, sampling_seed, group, counters, shard=(0, 1)):
+        trajs = inner(policy_, task_seed, sampling_seed, group, counters, shard=shard)
         t = step_of["t"]
-        if t in keep:
+        if t in keep and shard[0] == 0:  # over several ranks: samples of rank 0's share
             write_trajectories(traj_dir / f"step{t:04d}.jsonl", trajs[: 4 * group], step=t)
         return trajs
 
@@ -177,10 +179,11 @@ def train_rl(cfg: dict, model_dir: str, algo: str, sampling_profile: str, horizo
         policy, rcfg, rollout_fn, pad_id=tok.pad_token_id, critic=critic, checkpoint_path=resume_dir / "checkpoint.pt",
         run_info={"benchmark": "sudoku", "horizon": horizon, "method": method, "sampling": prof,
                   "base_weights_sha256": base_hash},
-        on_step=on_step,
+        on_step=on_step, collective=collective,
     )
     step_of["t"] = trainer.resume()
     metrics = trainer.run()
+    ranks = trainer.world
 
     params = sum(p.numel() for p in policy.parameters())
     critic_params = sum(p.numel() for p in critic.parameters()) if critic is not None and rcfg.critic == "separate" else 0
@@ -192,11 +195,20 @@ def train_rl(cfg: dict, model_dir: str, algo: str, sampling_profile: str, horizo
         "steps": len(metrics), **{k: totals[k] for k in ("episodes", "generated_tokens", "rollout_tokens", "train_tokens")},
         "flops": flops, "flops_per_step": flops / max(len(metrics), 1),
         "wall_s": totals["wall_s"], "wall_s_per_step": totals["wall_s"] / max(len(metrics), 1),
-        "params": params, "critic_params": critic_params,
+        "params": params, "critic_params": critic_params, "ranks": ranks,
     }
     device = str(policy.device)
-    final = policy.to(getattr(torch, cfg["model"]["dtype"]))
+    if ranks > 1:  # the shards gathered into a plain model on rank 0's CPU (a collective)
+        from esopt.rl.sharding import full_state_dict
+
+        weights = full_state_dict(policy)
+        if trainer.rank != 0:  # rank 0 publishes
+            return SudokuTraining(None, tok, metrics, budget)
+        final, _ = load_model_and_tokenizer(model_dir, dtype=cfg["model"]["dtype"], device="cpu")
+        final.load_state_dict(weights)
+    else:
+        final = policy.to(getattr(torch, cfg["model"]["dtype"]))
     extra = {"base_weights_sha256": base_hash, "final_weights_sha256": weights_sha256(final), "budget": budget,
-             "model_device": device, "base_weights_dtype": r["dtype"]}
+             "model_device": device, "base_weights_dtype": r["dtype"], "ranks": ranks}
     log.info("%d steps, %d episodes, %.3g FLOPs", len(metrics), totals["episodes"], flops)
     return SudokuTraining(final, tok, metrics, budget, extra)

@@ -83,10 +83,13 @@ def enable_checkpointing(model: torch.nn.Module) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
-def is_sharded(module: torch.nn.Module) -> bool:
+def reshard(root: torch.nn.Module) -> None:
+    """Every FSDP unit under `root` back to its shards (module.parameters() are the shards again)."""
     from torch.distributed.fsdp import FSDPModule
 
-    return isinstance(module, FSDPModule)
+    for m in root.modules():
+        if isinstance(m, FSDPModule):
+            m.reshard()
 
 
 @contextlib.contextmanager
@@ -109,9 +112,11 @@ def full_params(root: torch.nn.Module) -> Iterator[None]:
 
 
 def full_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The module's state dict with every sharded tensor gathered, on the CPU (collective)."""
-    return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().cpu()
-            for k, v in module.state_dict().items()}
+    """The module's state dict with every sharded tensor gathered, on rank 0's CPU (a
+    collective; the other ranks get an empty dict)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def state_dicts(module: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[dict, dict]:

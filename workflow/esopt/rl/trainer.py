@@ -37,7 +37,7 @@ from esopt.rl.advantages import gae, group_advantages, masked_whiten
 from esopt.rl.critic import ValueModel
 from esopt.rl.losses import clipped_policy_loss, clipped_value_loss, kl_k3, masked_mean
 from esopt.rl.sharding import (TokenScorer, all_reduce_sum, enable_checkpointing, full_params, gathered_map,
-                               load_state_dicts, lockstep_rows, shard, state_dicts)
+                               load_state_dicts, lockstep_rows, reshard, shard, state_dicts)
 from esopt.seeding import derive_seed
 
 log = logging.getLogger(__name__)
@@ -214,11 +214,15 @@ class RLTrainer:
             if self.shared:
                 raise ValueError("rl.ppo.critic 'shared' cannot be sharded over ranks; use 'separate' or one rank")
             device = next(self.policy.parameters()).device
-            shard(self.scorer, self.policy, device)
-            if self.ref_scorer is not None:
-                shard(self.ref_scorer, self.reference, device)
-            if self.critic is not None:
-                shard(self.critic, self.critic.backbone, device)
+            # FSDP2 initialises a root at its first forward: one through each root now, on every
+            # rank, before any rollout runs the decoder layers without it
+            ids = torch.zeros(1, 2, dtype=torch.long, device=device)
+            for root, inner in ((self.scorer, self.policy), (self.ref_scorer, self.reference), (self.critic, None)):
+                if root is not None:
+                    shard(root, inner if inner is not None else root.backbone, device)
+                    with torch.no_grad():
+                        root(ids, torch.ones_like(ids))
+                    reshard(root)  # the root stays gathered after a forward; the optimizer takes the shards
         params = list(self.policy.parameters()) + (list(self.critic.head.parameters()) if self.shared else [])
         self.opt = torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay)
         self.critic_opt = (torch.optim.AdamW(self.critic.parameters(), lr=c.critic_lr, weight_decay=c.weight_decay)
@@ -234,7 +238,7 @@ class RLTrainer:
         """Everything a resumed run needs. Sharded: full state dicts keyed by parameter name,
         gathered on rank 0 (a collective: every rank calls it)."""
         if self.world > 1:
-            policy, opt = state_dicts(self.policy, self.opt)
+            policy, opt = state_dicts(self.scorer, self.opt)  # keyed as in the scorer: "model." + name
             critic, critic_opt = state_dicts(self.critic, self.critic_opt) if self.critic_opt else (None, None)
         else:
             policy, opt = self.policy.state_dict(), self.opt.state_dict()
@@ -264,7 +268,7 @@ class RLTrainer:
             diff = sorted(k for k in set(st["run"]) | set(run) if st["run"].get(k) != run.get(k))
             raise ValueError(f"{p} belongs to a different run (differs in {diff}); delete it or use another output directory")
         if self.world > 1:
-            load_state_dicts(self.policy, self.opt, st["policy"], st["opt"])
+            load_state_dicts(self.scorer, self.opt, st["policy"], st["opt"])
             if st["critic"] is not None:
                 load_state_dicts(self.critic, self.critic_opt, st["critic"], st["critic_opt"])
         else:
@@ -332,6 +336,10 @@ class RLTrainer:
         batch["weight"] = self.loss_weights(trajs, batch)
         if self.reference is not None:
             batch["ref_logp"] = self._rowwise(lambda ids, am: self.ref_scorer(ids, am, c.temperature), batch)
+        if self.world > 1:  # a root stays gathered after a forward without backward: free it
+            for root in (self.ref_scorer, self.critic):
+                if root is not None:
+                    reshard(root)
         self.policy.train()
         if self.critic is not None:
             self.critic.train()
