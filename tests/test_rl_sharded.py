@@ -116,3 +116,30 @@ def test_two_ranks_take_the_one_rank_step(sharded, smoke_model, name):
     assert all(torch.equal(resumed["policy"][k], w) for k, w in out[name]["policy"].items())
     assert resumed["opt"].keys() == resumed["opt_want"].keys() and len(resumed["opt"]) > 0
     assert all(torch.equal(resumed["opt"][k]["exp_avg_sq"], v["exp_avg_sq"]) for k, v in resumed["opt_want"].items())
+
+
+@pytest.mark.slow
+def test_train_rl_under_torchrun_publishes_one_gathered_model(tmp_path, smoke_model):
+    """`esopt train-rl` over 2 gloo ranks end to end: sharded rollouts, steps, the per-step
+    sharded checkpoint, the model gathered and published by rank 0 (about 30 s)."""
+    import json
+
+    from esopt.es.history import weights_sha256
+    from esopt.models.load import load_model_and_tokenizer
+    from test_cli import write_config
+
+    config = write_config(tmp_path, **{"rl.steps": 2, "rl.gradient_checkpointing": True, "rl.logits_chunk": 8})
+    out = tmp_path / "grpo"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                          "-m", "esopt.cli.main", "train-rl", "--config", str(config), "--algo", "grpo", "--horizon", "2",
+                          "--seed", "0", "--model", str(smoke_model), "--out", str(out), "--threads", "1"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-4000:]
+    prov = json.loads((out / "provenance.json").read_text())
+    budget = json.loads((out / "budget.json").read_text())
+    assert prov["ranks"] == budget["ranks"] == 2 and budget["steps"] == 2 and budget["episodes"] == 2 * 4
+    model, _ = load_model_and_tokenizer(out / "model")
+    assert weights_sha256(model) == prov["final_weights_sha256"] != prov["base_weights_sha256"]
+    ckpt = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert ckpt["run"]["ranks"] == 2 and ckpt["step"] == 2
