@@ -165,10 +165,14 @@ def test_greedy_replies_match_hf_generate(engine, qwen3_model):
 def test_presence_penalty_follows_hf_and_changes_replies(engine, qwen3_model):
     """The same presence penalty in both engines (vLLM's SamplingParams, HF's logits processor):
     the penalty changes greedy replies, and the two engines' penalized replies mostly agree."""
+    from esopt.agent.tokens import ChatTokens
+    from esopt.envs.sudoku import SudokuEnv, generate_puzzles, instructions
+
     model, tok = load_model_and_tokenizer(qwen3_model)
-    prompts = [tok(f"r{i}c{j}=", add_special_tokens=False)["input_ids"] for i in range(1, 5) for j in range(1, 5)]
+    chat = ChatTokens(tok, instructions(4, "short"))  # Sudoku turns: replies such as r2c2=3 repeat tokens
+    prompts = [chat.prompt(SudokuEnv(max_turns=8).reset(t)) for t in generate_puzzles(4, 3, 16, seed=2, split="train")]
     plain = Sampling(do_sample=False, max_new_tokens=12)
-    pen = Sampling(do_sample=False, max_new_tokens=12, presence_penalty=5.0)
+    pen = Sampling(do_sample=False, max_new_tokens=12, presence_penalty=2.0)
     hf = HFEngine(model, tok).generate(prompts, pen, ("p",))
     ev = engine.generate(prompts, pen, ("p",))
     ev_plain = engine.generate(prompts, plain, ("p",))

@@ -52,8 +52,8 @@ class Sampling:
     presence_penalty: float = 0.0  # subtracted from the logit of every token already in the reply
 
     def __post_init__(self):
-        if self.presence_penalty < 0:
-            raise ValueError(f"presence_penalty must be >= 0, got {self.presence_penalty}")
+        if not 0 <= self.presence_penalty <= 2:  # OpenAI's range, which vLLM enforces (negative: none here)
+            raise ValueError(f"presence_penalty must be in [0, 2], got {self.presence_penalty}")
 
     @classmethod
     def from_profile(cls, profile: dict[str, Any], max_new_tokens: int, do_sample: bool = True) -> Sampling:
@@ -123,14 +123,12 @@ def _ids(value: Any) -> list[int]:
 
 def stop_token_ids(tokenizer, generation_eos: Any = None) -> list[int]:
     """The ids a reply stops at: the tokenizer's eos, then every id of the model's
-    generation_config eos_token_id (one id or a list), each once, in that order."""
+    generation_config eos_token_id (one id or a list), each once, in that order (none: replies
+    run to max_new_tokens)."""
     out: list[int] = []
     for i in _ids(tokenizer.eos_token_id) + _ids(generation_eos):
         if i not in out:
             out.append(i)
-    if not out:
-        raise ValueError("the tokenizer has no eos_token and the model's generation config no eos_token_id: "
-                         "a reply would never stop before max_new_tokens")
     return out
 
 
@@ -181,7 +179,7 @@ class HFEngine:
         model.eval()
         device = next(model.parameters()).device
         pad_id, stops = tok.pad_token_id, self.stop_ids
-        eos_arg = stops[0] if len(stops) == 1 else stops
+        eos_arg = stops[0] if len(stops) == 1 else (stops or None)
         step = self.batch_size or len(prompts) or 1
         done: list[Completion] = []
         for lo in range(0, len(prompts), step):
