@@ -80,6 +80,18 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
         bad = set(variant.get("horizons") or []) - set(config["sudoku"]["horizons"])
         if bad:
             raise ConfigError(f"{source}: es.variants.{name}.horizons {sorted(bad)} are not in sudoku.horizons")
+        bad = {str(k) for k in variant.get("by_horizon") or {}} - {str(h) for h in variant.get("horizons") or s["horizons"]}
+        if bad:
+            raise ConfigError(f"{source}: es.variants.{name}.by_horizon keys {sorted(bad)} are not horizons the variant "
+                              "runs at (its horizons, or sudoku.horizons)")
+    pool = s.get("train_pool")
+    if es.get("eval_train") and not es.get("eval_every"):
+        raise ConfigError(f"{source}: es.eval_train evaluates during training: set es.eval_every too")
+    if es.get("eval_train") and pool is None:
+        raise ConfigError(f"{source}: es.eval_train evaluates on the fixed training puzzles: set sudoku.train_pool")
+    if s.get("prompt") == "authors" and s.get("observation", "board") != "board":
+        raise ConfigError(f"{source}: sudoku.observation {s['observation']!r} is ours only; the authors' prompt "
+                          "(sudoku.prompt: authors) shows its own board: leave observation at board")
     bad = {str(k) for k in es.get("by_horizon", {})} - {str(h) for h in trained}
     if bad:
         raise ConfigError(f"{source}: es.by_horizon keys {sorted(bad)} are not in sudoku.horizons "
@@ -277,7 +289,8 @@ ES_GRID_KEYS = ("populations", "seeds", "by_horizon", "variants")
 
 
 def es_settings(config: dict[str, Any], horizon: int, variant: str | None = None) -> dict[str, Any]:
-    """The es settings of one run: es, then es.by_horizon[H*], then es.variants[variant]."""
+    """The es settings of one run: es, then es.by_horizon[H*], then es.variants[variant],
+    then that variant's by_horizon[H*]."""
     es = config["es"]
     out = {k: v for k, v in es.items() if k not in ES_GRID_KEYS}
     by_h = {int(k): v for k, v in (es.get("by_horizon") or {}).items()}
@@ -286,7 +299,9 @@ def es_settings(config: dict[str, Any], horizon: int, variant: str | None = None
         variants = es.get("variants") or {}
         if variant not in variants:
             raise ConfigError(f"es variant {variant!r} is not in the config (es.variants: {sorted(variants)})")
-        out = deep_merge(out, {k: v for k, v in variants[variant].items() if k != "horizons"})
+        v = variants[variant]
+        out = deep_merge(out, {k: x for k, x in v.items() if k not in ("horizons", "by_horizon")})
+        out = deep_merge(out, {int(k): x for k, x in (v.get("by_horizon") or {}).items()}.get(int(horizon), {}))
     return out
 
 

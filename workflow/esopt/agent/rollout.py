@@ -75,6 +75,12 @@ class Trajectory:
         return len(self.turns)
 
 
+def system_message(system: str) -> list[dict[str, str]]:
+    """[the system message], or none for an empty system prompt (the authors' Sudoku
+    prompt is one user message: a template would still render an empty system turn)."""
+    return [{"role": "system", "content": system}] if system else []
+
+
 def build_messages(traj: Trajectory, history_turns: int | None) -> list[dict[str, str]]:
     """system, then the conversation [first observation, action, observation, ...]
     cut to its last `history_turns` exchanges (None: all). With 0 the prompt is
@@ -83,7 +89,7 @@ def build_messages(traj: Trajectory, history_turns: int | None) -> list[dict[str
     n = len(traj.turns)
     start = 0 if history_turns is None else max(0, n - history_turns)
     first = traj.first_observation if start == 0 else traj.turns[start - 1].observation
-    msgs = [{"role": "system", "content": traj.system}, {"role": "user", "content": first}]
+    msgs = system_message(traj.system) + [{"role": "user", "content": first}]
     for t in traj.turns[start:]:
         reply = {"role": "assistant", "content": t.action}
         if t.reasoning:  # a thinking template decides whether an earlier turn shows it

@@ -29,7 +29,7 @@ import torch
 
 from esopt.agent.engine import Engine, as_engine
 from esopt.agent.rollout import (Sampling, TextEnv, Trajectory, Turn, build_messages, require_thinking_mode,
-                                 split_reply)
+                                 split_reply, system_message)
 
 
 @dataclass
@@ -92,7 +92,7 @@ class ChatTokens:
         self.tok, self.system, self.thinking = tokenizer, system, thinking
         if thinking:
             require_thinking_mode(tokenizer)
-        base = [{"role": "system", "content": system}, {"role": "user", "content": _OBS}]
+        base = system_message(system) + [{"role": "user", "content": _OBS}]
         reply = {"role": "assistant", "content": _ANSWER}
         if thinking:
             reply["reasoning_content"] = _THOUGHT
@@ -144,7 +144,7 @@ class ChatTokens:
         return self.tok(text, add_special_tokens=False)["input_ids"] if text else []
 
     def prompt(self, obs: str) -> list[int]:
-        return self.conversation([{"role": "system", "content": self.system}, {"role": "user", "content": obs}])
+        return self.conversation(system_message(self.system) + [{"role": "user", "content": obs}])
 
     def closing(self, eos_seen: bool) -> list[int]:
         return list(self._close_after_eos if eos_seen else self._close_full)

@@ -1,8 +1,9 @@
 """esopt evaluate: success of a model on held-out puzzles at one horizon H*.
 
 Writes FILE.json (summary with binomial standard error), FILE.trajectories.jsonl
-(every episode) and FILE.provenance.json. The eval puzzles come from the 'eval'
-split, which is disjoint from every training batch by construction.
+(every episode, repeat by repeat) and FILE.provenance.json. The eval puzzles come from the
+'eval' split, which is disjoint from every training batch by construction; with
+evaluate.repeats > 1 each is played that many times (the authors' protocol: 32 x 3).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def main_fn(args: argparse.Namespace) -> int:
     from esopt.agent.engine import open_engine
     from esopt.agent.rollout import write_trajectories
     from esopt.config import engine_settings
-    from esopt.eval.episodes import EpisodeSpec, run_episodes, summarize
+    from esopt.envs.sudoku import generate_puzzles
+    from esopt.eval.episodes import EpisodeSpec, combine_repeats, repeat_seed, run_episodes, summarize
     from esopt.models.load import load_model_and_tokenizer
 
     out = Path(args.out)
@@ -41,14 +43,21 @@ def main_fn(args: argparse.Namespace) -> int:
     if upstream.exists():
         prov.inputs.append(str(upstream))
     policy, engine_record = open_engine(engine_settings(cfg, "sudoku"), model, tok, args.model, seed=seed)
+    repeats = ev.get("repeats", 1)
     try:
-        trajs = run_episodes(policy, tok, spec, ev["episodes"], seed=seed, split="eval")
+        if repeats == 1:
+            runs = [run_episodes(policy, tok, spec, ev["episodes"], seed=seed, split="eval")]
+        else:  # the same puzzles, each repeat sampled from its own seed
+            tasks = generate_puzzles(spec.size, spec.horizon, ev["episodes"], seed=seed, split="eval")
+            runs = [run_episodes(policy, tok, spec, len(tasks), seed, "eval", tasks=tasks, sampling_seed=repeat_seed(seed, k))
+                    for k in range(repeats)]
     finally:
         if policy is not model:
             policy.close()
+    trajs = [t for run in runs for t in run]  # repeat by repeat
     summary = {"benchmark": args.benchmark, "model": str(args.model), "horizon": args.horizon,
-               "meta": json_object(args.meta, "--meta"),
-               "decoding": ev["decoding"], "seed": seed, **summarize(trajs)}
+               "meta": json_object(args.meta, "--meta"), "decoding": ev["decoding"], "seed": seed,
+               **(summarize(trajs) if repeats == 1 else combine_repeats([summarize(run) for run in runs]))}
     traj_path = out.with_suffix(".trajectories.jsonl")
     write_trajectories(traj_path, trajs, horizon=args.horizon)
     write_json_atomic(out, summary)

@@ -16,11 +16,19 @@ puzzle is 'eval' iff k % 8 == 0, 'valid' iff k % 8 == 1, else 'train' (see
 disjoint by construction, for any seeds, sizes and counts, with no bookkeeping.
 'valid' is what the warm start selects its checkpoint on; 'eval' is held out for
 the reported numbers.
+
+The authors' protocol (sudoku.prompt: authors; SudokuEnv(protocol="authors")) is their
+environment as their launchers ran it: no system prompt, each turn one user message
+(`authors_prompt`), replies parsed by their grammar (`parse_authors_action`), their
+feedback messages, and their rules: any digit lands in an empty cell, so a wrong one
+stays and the episode ends, unsolved, once the board is full. H* is still the number of
+blanks (a solve takes exactly H* placements).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import re
 from dataclasses import dataclass
@@ -265,6 +273,20 @@ def generate_puzzles(size: int, blanks: int, n: int, seed: int, split: str) -> l
     return tasks
 
 
+def training_tasks(size: int, blanks: int, n: int, task_seed: int, pool: int | None = None,
+                   pool_seed: int = 0) -> list[SudokuTask]:
+    """A generation's (or RL step's) `n` training puzzles. pool None: fresh ones drawn from
+    `task_seed`. pool N: a cyclic run through one fixed set of N train-split puzzles (drawn
+    from `pool_seed`, the same for every run and generation), as the authors' batches cycle
+    through their training file: from the first puzzle when N divides n (n == N: all N, in
+    order, every generation: the authors' 32 per H*), else from a start `task_seed` picks."""
+    if pool is None:
+        return generate_puzzles(size, blanks, n, seed=task_seed, split="train")
+    tasks = generate_puzzles(size, blanks, pool, seed=pool_seed, split="train")
+    start = 0 if n % pool == 0 else _rng("pool", task_seed).randrange(pool)
+    return [tasks[(start + k) % pool] for k in range(n)]
+
+
 def parse_action(text: str) -> tuple[int, int, int] | None:
     """(row, col, value) from the first `rRcC=V` in `text`, unchecked; None if absent."""
     m = ACTION_RE.search(text)
@@ -295,19 +317,133 @@ def expert_action(board: str, size: int, solution: str, order: str = "fewest") -
     return f"r{r + 1}c{c + 1}={solution[i]}"
 
 
-class SudokuEnv:
-    """One episode at a time; `step` takes raw model text and never raises on it."""
+# --- The authors' protocol (github zz1358m/Agentic-ESOpt at 8c08393, sudoku-train-time/envs/sudoku.py):
+# one user message per turn holding the rules, the last feedback, the original puzzle and the
+# current board with coordinates, and the list of empty cells; replies `set <row> <col> <value>`
+# (1-indexed); any digit lands in an empty cell; the episode ends when the board is full.
 
-    def __init__(self, max_turns: int, reward: str = "success", observation: str = "board"):
+PROTOCOLS = ("ours", "authors")
+PROMPTS = ("full", "short", "authors")  # sudoku.prompt; "authors" selects the authors' protocol
+AUTHORS_INVALID = "Invalid action format. Use exactly: set <row> <col> <value>."
+_NUMBER_WORDS = {4: "four", 6: "six", 9: "nine"}
+_AUTHORS_KEYWORD = re.compile(r"\b(set|fill|place|action)\b", re.IGNORECASE)
+_AUTHORS_CELL = re.compile(r"\br\s*([1-9])\s*c\s*([1-9])\b\D*([1-9])\b", re.IGNORECASE)
+_AUTHORS_DIGIT = re.compile(r"\b[1-9]\b")
+_FIRST_OBJECT = re.compile(r"\{.*?\}", re.DOTALL)
+
+
+def protocol_of(prompt: str) -> str:
+    """The environment protocol a sudoku.prompt value selects."""
+    return "authors" if prompt == "authors" else "ours"
+
+
+def _json_action(text: str) -> tuple[int, int, int] | None:
+    """(row, col, value) from the first {...} in `text` when it is a JSON object naming
+    row/r, col/c and value/v as anything int() takes (numbers, digit strings, booleans,
+    as the authors' parser does); None otherwise."""
+    m = _FIRST_OBJECT.search(text)
+    if m is None:
+        return None
+    try:
+        obj = json.loads(m.group(0))
+        r, c, v = (int(obj[k] if k in obj else obj.get(k[0])) for k in ("row", "col", "value"))
+    except (ValueError, TypeError, AttributeError, OverflowError, RecursionError):
+        return None
+    return r, c, v
+
+
+def parse_authors_action(text: str) -> tuple[int, int, int] | None:
+    """(row, col, value), 1-indexed and unchecked, by the authors' grammar; None if absent.
+
+    In order: a JSON object {"row", "col", "value"} (or r/c/v); else, in each line that
+    names set/fill/place/action and then in the whole reply, `rRcC` followed by a digit
+    (r3c4=5, r3c4 5), or else the first three standalone digits 1-9 (set 3 4 5). Digits
+    are single: `set 10 2 3` has only two, so it is no action."""
+    found = _json_action(text)
+    if found is not None:
+        return found
+    candidates = [line for line in text.splitlines() if _AUTHORS_KEYWORD.search(line)] + [text]
+    for cand in candidates:
+        m = _AUTHORS_CELL.search(cand)
+        if m is not None:
+            r, c, v = (int(g) for g in m.groups())
+            return r, c, v
+        digits = _AUTHORS_DIGIT.findall(cand)
+        if len(digits) >= 3:
+            r, c, v = (int(d) for d in digits[:3])
+            return r, c, v
+    return None
+
+
+def board_with_coords(board: str, size: int) -> str:
+    """The authors' board: a column header c1..cN, rows labelled rN:, '|' between box
+    columns and a dashed line between box rows."""
+    br, bc = BOX[size]
+    groups = [range(g, g + bc) for g in range(0, size, bc)]
+    heads = [" ".join(f"c{k + 1}" for k in g) for g in groups]
+    rule = "      " + "+".join("-" * (len(h) + (0 if k in (0, len(heads) - 1) else 2)) for k, h in enumerate(heads))
+    lines = ["      " + " | ".join(heads)]
+    for r in range(size):
+        row = board[r * size:(r + 1) * size]
+        lines.append(f"r{r + 1}:   " + " | ".join(" ".join(row[k] for k in g) for g in groups))
+        if (r + 1) % br == 0 and r + 1 < size:
+            lines.append(rule)
+    return "\n".join(lines)
+
+
+def authors_prompt(task: SudokuTask, board: str, turn: int, feedback: str = "") -> str:
+    """The authors' whole prompt for one turn (`turn` counts from 0): rules and format,
+    the last feedback if any, the original puzzle, the current board and its empty cells."""
+    n = task.size
+    br, bc = BOX[n]
+    empty = [f"r{i // n + 1}c{i % n + 1}" for i, ch in enumerate(board) if ch == "."]
+    rules = (
+        "You are an agent solving Sudoku one action at a time. "
+        "At each turn, fill exactly one empty cell. Rows and columns are 1-indexed. "
+        f"The board is split by | and horizontal lines into {_NUMBER_WORDS[n]} {br}x{bc} boxes. "
+        f"Every row, every column, and every {br}x{bc} box must contain digits 1 through {n} exactly once. "
+        "Choose the cell only from the Current empty cells list. "
+        "Keep all original givens fixed. Your entire response must be exactly one line "
+        "containing one action and nothing else. Do not explain, reason aloud, wrap the "
+        "answer in code fences, or output any extra words. Use exactly this format:\n"
+        "set <row> <col> <value>\n"
+    )
+    if feedback:
+        rules += f"\nLast environment feedback: {feedback}\n"
+    return (
+        f"{rules}\nOriginal puzzle, mask_count={task.blanks}:\n{board_with_coords(task.puzzle, n)}\n\n"
+        f"Current board, turn={turn}, remaining_empty={len(empty)}:\n{board_with_coords(board, n)}\n\n"
+        f"Current empty cells: {', '.join(empty) if empty else 'none'}\n"
+    )
+
+
+class SudokuEnv:
+    """One episode at a time; `step` takes raw model text and never raises on it.
+
+    protocol "ours": observations are `observe(board)` then the feedback line, actions
+    rRcC=V, and only correct digits land (a wrong one is rejected and costs the turn).
+    protocol "authors": the authors' environment (module docstring, "The authors'
+    protocol"): each observation is their whole prompt, actions `set r c v`, any digit
+    lands in an empty cell, and the episode ends when the board is full (solved only if
+    every placement was right) or the turns run out. `observation` is ours only.
+    """
+
+    def __init__(self, max_turns: int, reward: str = "success", observation: str = "board", protocol: str = "ours"):
         if not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
         if reward not in ("success", "shaped"):
             raise ValueError(f"reward must be 'success' or 'shaped', got {reward!r}")
         if observation not in OBSERVATIONS:
             raise ValueError(f"observation must be one of {OBSERVATIONS}, got {observation!r}")
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+        if protocol == "authors" and observation != "board":
+            raise ValueError(f"observation {observation!r} is ours only: the authors' prompt shows its own board "
+                             "(coordinates and empty cells); leave sudoku.observation at board with prompt: authors")
         self.max_turns = max_turns
         self.reward = reward
         self.observation = observation
+        self.protocol = protocol
         self._task: SudokuTask | None = None
         self._board = ""
         self._done = True
@@ -330,7 +466,9 @@ class SudokuEnv:
         self._task = task
         self._board = task.puzzle
         self._done = False
-        self._turns = self._invalid = self._illegal = self._placed = 0
+        self._turns = self._invalid = self._illegal = self._placed = self._wrong = 0
+        if self.protocol == "authors":
+            return authors_prompt(task, self._board, turn=0)
         return observe(self._board, task.size, self.observation)
 
     def _judge(self, action: str) -> str:
@@ -374,12 +512,14 @@ class SudokuEnv:
         if self._done:
             raise RuntimeError("episode is over; call reset() before step()")
         self._turns += 1
-        feedback = self._judge(action if isinstance(action, str) else str(action))
-        solved = "." not in self._board
-        self._done = solved or self._turns >= self.max_turns
+        text = action if isinstance(action, str) else str(action)
+        feedback = self._judge_authors(text) if self.protocol == "authors" else self._judge(text)
+        # ours places only correct digits, so a full board is solved; the authors' may hold wrong ones
+        solved = self._board == self._task.solution
+        self._done = "." not in self._board or self._turns >= self.max_turns
         reward = 0.0
         if self._done:
-            # only correct digits are ever placed, so placed/blanks is the fraction filled correctly
+            # _placed counts correct digits only, so placed/blanks is the fraction filled correctly
             reward = float(solved) if self.reward == "success" else self._placed / self._task.blanks
         info = {
             "success": solved,
@@ -390,19 +530,50 @@ class SudokuEnv:
             "blanks_left": self._board.count("."),
             "feedback": feedback,
         }
+        if self.protocol == "authors":
+            info["wrong_placements"] = self._wrong
+            return authors_prompt(self._task, self._board, self._turns, feedback), reward, self._done, info
         # Board first: every cell keeps the same position in every observation.
         return observe(self._board, self._task.size, self.observation) + "\n" + feedback, reward, self._done, info
+
+    def _judge_authors(self, action: str) -> str:
+        """The authors' feedback for `action`; any digit in range lands in an empty cell."""
+        parsed = parse_authors_action(action)
+        if parsed is None:
+            self._invalid += 1
+            return AUTHORS_INVALID
+        r, c, v = parsed
+        n = self._task.size
+        if not (1 <= r <= n and 1 <= c <= n and 1 <= v <= n):
+            self._illegal += 1
+            return f"Row, column, and value must all be integers from 1 to {n}."
+        i = (r - 1) * n + (c - 1)
+        if self._task.puzzle[i] != ".":
+            self._illegal += 1
+            return f"Cell r{r}c{c} is a fixed given and cannot be changed."
+        if self._board[i] != ".":
+            self._illegal += 1
+            return f"Cell r{r}c{c} is already filled."
+        self._board = self._board[:i] + str(v) + self._board[i + 1 :]
+        if self._task.solution[i] == str(v):
+            self._placed += 1
+        else:
+            self._wrong += 1
+        return f"Filled r{r}c{c} with {v}."
 
 
 def instructions(size: int, style: str = "full") -> str:
     """The system prompt. "full" explains rules and format (for pretrained LLMs);
     "short" names the task and the format only (for the tiny model, where every
-    prompt token is paid for on every turn of every episode)."""
+    prompt token is paid for on every turn of every episode); "authors": none (their
+    rules travel in each turn's one user message, `authors_prompt`)."""
     _check_size(size)
     if style == "short":
         return f"Sudoku {size}x{size}. Reply rRcC=V"
+    if style == "authors":
+        return ""
     if style != "full":
-        raise ValueError(f"prompt style {style!r}: expected 'full' or 'short'")
+        raise ValueError(f"prompt style {style!r}: expected one of {PROMPTS}")
     br, bc = BOX[size]
     return (
         f"You are playing Sudoku on a {size}x{size} board, shown one row per line from the top; "

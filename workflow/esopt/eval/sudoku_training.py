@@ -60,7 +60,8 @@ def train_es(cfg: dict, model_dir: str, horizon: int, population: int, seed: int
     from esopt.config import engine_settings, es_settings
     from esopt.es import ESConfig, ESTrainer
     from esopt.es.history import weights_sha256
-    from esopt.eval.episodes import EpisodeSpec, run_episodes, summarize
+    from esopt.eval.episodes import EpisodeSpec, run_episodes, summarize, train_tasks
+    from esopt.eval.periodic import EVALS, EvaluatingESTrainer, PeriodicEval, read_evals, with_evals
     from esopt.models.load import load_model_and_tokenizer
 
     engine = engine_settings(cfg, "sudoku")
@@ -80,7 +81,8 @@ def train_es(cfg: dict, model_dir: str, horizon: int, population: int, seed: int
 
     def fitness(member):
         counters: dict[str, int] = {}
-        trajs = run_episodes(policy, tok, spec, n_tasks, seed=member.task_seed, split="train", counters=counters)
+        trajs = run_episodes(policy, tok, spec, n_tasks, seed=member.task_seed, split="train", counters=counters,
+                             tasks=train_tasks(cfg, horizon, n_tasks, member.task_seed))
         if member.index == 0 and member.generation in keep:
             write_trajectories(traj_dir / f"gen{member.generation:04d}.jsonl", trajs,
                                generation=member.generation, member=0, sigma=member.sigma)
@@ -94,13 +96,16 @@ def train_es(cfg: dict, model_dir: str, horizon: int, population: int, seed: int
         log.info("gen %d: sigma %.3g mean R %.3f max %.3f success %.3f (%.1fs)",
                  rec.generation, rec.sigma, m["mean_reward"], m["max_reward"], m["success_rate"], rec.wall_s)
 
-    trainer = ESTrainer(
+    # es.eval_every: evaluate on every rank after the due generations (esopt.eval.periodic)
+    pool = {k: cfg["sudoku"][k] for k in ("train_pool", "train_pool_seed")} if cfg["sudoku"].get("train_pool") else {}
+    evaluate = PeriodicEval(cfg, horizon, policy, tok, collective, resume_dir / EVALS) if settings.get("eval_every") else None
+    trainer = (EvaluatingESTrainer if evaluate else ESTrainer)(
         model if perturber is None else None, es_cfg, fitness, history_path=resume_dir / "history.json",
         run_info={"benchmark": "sudoku", "horizon": horizon, "method": method, "base_weights_sha256": base_hash,
                   "episode": {k: v for k, v in vars(spec).items() if k != "sampling"} | {"sampling": vars(spec.sampling)},
-                  "tasks_per_member": n_tasks},
+                  "tasks_per_member": n_tasks} | pool,
         on_generation=on_generation, collective=collective, revert=settings.get("revert", "exact"),
-        perturber=perturber,
+        perturber=perturber, **({"evaluate": evaluate} if evaluate else {}),
     )
     try:
         history = trainer.run()
@@ -118,7 +123,8 @@ def train_es(cfg: dict, model_dir: str, horizon: int, population: int, seed: int
     extra = {"base_weights_sha256": base_hash, "final_weights_sha256": history.final["weights_sha256"],
              "model_device": str(model.device), "engine": engine_record,
              "ranks": {"world_size": collective.world_size, "replica_weights_sha256": replicas}}
-    return SudokuTraining(model, tok, [r.metrics() for r in history.generations], budget, extra, history)
+    metrics = with_evals([r.metrics() for r in history.generations], read_evals(resume_dir / EVALS))
+    return SudokuTraining(model, tok, metrics, budget, extra, history)
 
 
 def load_weights(model, tensors: dict[str, Any]) -> None:

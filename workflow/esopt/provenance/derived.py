@@ -324,12 +324,14 @@ class DerivedChecks:
         return "ok", f"generation {g.generation}: member 0's reward {g.rewards[0]:.6g} is its {len(trajs)} episodes'"
 
     def _member_episodes(self, rec, history, name: str, rows: list[dict[str, Any]]) -> tuple[str, str]:
-        from esopt.envs.sudoku import generate_puzzles
+        from esopt.envs.sudoku import training_tasks
 
         g = self._generation(history, name)
         cfg = rec["config"]
         h = _run_horizon(rec)
-        tasks = generate_puzzles(cfg["sudoku"]["size"], h, cfg["es"]["tasks_per_member"], seed=g.task_seed, split="train")
+        s = cfg["sudoku"]
+        tasks = training_tasks(s["size"], h, cfg["es"]["tasks_per_member"], g.task_seed, s.get("train_pool"),
+                               s.get("train_pool_seed", 0))
         bad = replay_sudoku_episodes(cfg, h, tasks, rows)
         if bad:
             return "fail", f"generation {g.generation}: " + _listed(bad)
@@ -390,23 +392,27 @@ class DerivedChecks:
 
     @staticmethod
     def _evaluate_summary(rec, summary: dict[str, Any], rows: list[dict[str, Any]], res) -> tuple[str, str]:
-        from esopt.eval.episodes import summarize
+        from esopt.eval.episodes import combine_repeats, summarize
 
         cfg, argv = rec["config"], rec.get("argv") or []
         ev = cfg["evaluate"]
+        repeats = ev.get("repeats", 1)
         h = _run_horizon(rec)
         seed = (rec.get("seeds") or {}).get("evaluate")
         bad = []
         want_seed = int(flag_value(argv, "--seed")) if flag_value(argv, "--seed") is not None else ev["seed"]
         if seed != want_seed:
             bad.append(f"the record's seed {seed}, the command ran with {want_seed}")
-        if len(rows) != ev["episodes"]:
-            bad.append(f"{len(rows)} episodes, evaluate.episodes is {ev['episodes']}")
+        if len(rows) != ev["episodes"] * repeats:
+            bad.append(f"{len(rows)} episodes, evaluate.episodes x repeats is {ev['episodes']} x {repeats}")
         if any(r.get("horizon") != h for r in rows):
             bad.append(f"episodes not all at horizon {h}")
         want = {"benchmark": flag_value(argv, "--benchmark") or "sudoku", "model": flag_value(argv, "--model"),
                 "horizon": h, "meta": _json_arg(flag_value(argv, "--meta")), "decoding": ev["decoding"], "seed": seed,
-                **(summarize(trajectories_of(rows)) if rows else {})}
+                **(summarize(trajectories_of(rows)) if rows and repeats == 1 else {})}
+        n = ev["episodes"]
+        if repeats > 1 and len(rows) == n * repeats:  # the repeats one after another in the trajectories
+            want |= combine_repeats([summarize(trajectories_of(rows[k * n:(k + 1) * n])) for k in range(repeats)])
         bad += _dict_diff(summary, _plain(want), "the summary", "the trajectories and record give")
         if bad:
             return "fail", _listed(bad)
@@ -457,6 +463,7 @@ class DerivedChecks:
         cfg, h = rec["config"], _run_horizon(rec)
         tasks = generate_puzzles(cfg["sudoku"]["size"], h, cfg["evaluate"]["episodes"],
                                  seed=(rec.get("seeds") or {}).get("evaluate"), split="eval")
+        tasks = tasks * cfg["evaluate"].get("repeats", 1)  # the trajectories hold the repeats one after another
         bad = replay_sudoku_episodes(cfg, h, tasks, rows)
         if bad:
             return "fail", _listed(bad)
@@ -527,7 +534,7 @@ def replay_sudoku_episodes(cfg: dict[str, Any], horizon: int, tasks: list[Any], 
     """Replay recorded Sudoku episodes through the environment, from the puzzles the seed
     gives and the recorded actions: what differs from the record (empty: all as recorded)."""
     from esopt.config import sudoku_max_turns
-    from esopt.envs.sudoku import SudokuEnv, instructions
+    from esopt.envs.sudoku import SudokuEnv, instructions, protocol_of
 
     s = cfg["sudoku"]
     max_turns = sudoku_max_turns(cfg, horizon)
@@ -535,7 +542,7 @@ def replay_sudoku_episodes(cfg: dict[str, Any], horizon: int, tasks: list[Any], 
     bad = [] if len(rows) == len(tasks) else [f"{len(rows)} episodes, the seed gives {len(tasks)} puzzles"]
     for j, (row, task) in enumerate(zip(rows, tasks)):
         where = f"episode {j}"
-        env = SudokuEnv(max_turns, s["reward"], s.get("observation", "board"))
+        env = SudokuEnv(max_turns, s["reward"], s.get("observation", "board"), protocol_of(s.get("prompt", "full")))
         if row.get("task_id") != task.id:
             bad.append(f"{where}: puzzle {row.get('task_id')}, the seed gives {task.id}")
             continue

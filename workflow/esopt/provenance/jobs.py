@@ -95,11 +95,13 @@ JOBS: dict[str, Job] = {
     "build-model": Job("the model (or memory.probe and model.dtype), sudoku (not horizons), agent",
                        _build_model, {"name": "--name", "probe": "--probe"}),
     # es.revert is left out: either revert restores the weights bit for bit, no number depends on it
-    "train-es": Job("es as run at H* (and its variant; not revert), sudoku (not horizons), agent, the sudoku engine",
+    "train-es": Job("es as run at H* (and its variant; not revert), sudoku (not horizons), agent, the sudoku engine, "
+                    "and evaluate where es.eval_every evaluates during training",
                     lambda c, horizon, variant=None: {"es": without(es_settings(c, int(horizon), variant or None),
                                                                     ("revert",)),
                                                       "sudoku": sudoku_settings(c), "agent": section(c, "agent"),
-                                                      "engine": engine_settings(c, "sudoku")},
+                                                      "engine": engine_settings(c, "sudoku")}
+                    | ({"evaluate": section(c, "evaluate")} if section(c, "es").get("eval_every") else {}),
                     {"horizon": "--horizon", "variant": "--variant"}),
     "train-rl": Job("rl (not methods, seeds), sudoku (not horizons), agent",
                     lambda c: {"rl": rl_settings(c), "sudoku": sudoku_settings(c), "agent": section(c, "agent")}),
