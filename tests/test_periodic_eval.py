@@ -48,6 +48,13 @@ def test_a_tiny_run_evaluates_at_the_due_generations_on_fixed_puzzles(tmp_path, 
                 .read_text().splitlines()] for g in (0, 2)}
     assert ids[0] == ids[2] and len(set(ids[0])) == 8
     assert res.history.run["train_pool"] == 8
+    # the audit: metrics.jsonl is the history's lines plus evaluations at exactly the due generations
+    from esopt.provenance.derived import DerivedChecks
+
+    assert DerivedChecks._es_metrics({"config": cfg}, res.metrics, res.history)[0] == "ok"
+    moved = [{k: v for k, v in m.items() if not k.startswith("eval")} for m in res.metrics]
+    moved[0] |= {k: v for k, v in res.metrics[1].items() if k.startswith("eval")}
+    assert DerivedChecks._es_metrics({"config": cfg}, moved, res.history)[0] == "fail"
 
 
 def test_the_default_run_evaluates_nothing_and_draws_new_puzzles(tmp_path, smoke_model):
@@ -103,3 +110,21 @@ def test_evaluate_repeats_the_same_puzzles_and_the_audit_recomputes_it(tmp_path,
     assert DerivedChecks._evaluate_summary(rec, summary, rows, None)[0] == "ok"
     assert DerivedChecks._evaluation_episodes(rec, rows)[0] == "ok"
     assert DerivedChecks._evaluate_summary(rec, summary, rows[:8], None)[0] == "fail"
+
+
+def test_ranks_share_the_evaluation_and_give_what_one_process_gives(tmp_path, smoke_model):
+    from esopt.eval.periodic import PeriodicEval
+    from esopt.models.load import load_model_and_tokenizer
+
+    cfg = smoke_config(train_pool=8)
+    cfg["es"].update(eval_every=1, eval_train=True)
+    cfg["evaluate"].update(episodes=3, repeats=2)
+    model, tok = load_model_and_tokenizer(str(smoke_model))
+    ev = PeriodicEval(cfg, 3, model, tok, Collective(), tmp_path / "evals.jsonl")
+    one = ev.share(0, 1)
+    parts = [ev.share(r, 3) for r in range(3)]
+    assert [sorted(p) for p in parts] == [[("eval", 0), ("train", 1)], [("eval", 1)], [("train", 0)]]
+    assert {k: v for p in parts for k, v in p.items()} == one
+    row = ev(0)
+    assert row["eval"]["episodes"] == 6 and row["eval_train"]["episodes"] == 16
+    assert json.loads((tmp_path / "evals.jsonl").read_text())["eval"] == row["eval"]

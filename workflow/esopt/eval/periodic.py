@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 EVALS = "evals.jsonl"  # in the run's resume directory
 SETS = {"eval": "eval", "train": "eval_train"}  # evaluation set -> its key in a metrics line
+EVAL_KEYS = (*SETS.values(), "eval_wall_s")  # what an evaluation adds to its generation's metrics line
 
 
 def eval_generations(generations: int, every: int | None) -> set[int]:
@@ -59,6 +60,14 @@ class PeriodicEval:
             self.tasks["train"] = train_tasks(self.cfg, self.horizon, s["train_pool"], task_seed=0)
         self.due = eval_generations(self.cfg["es"]["generations"], self.cfg["es"].get("eval_every"))
 
+    def share(self, rank: int, world_size: int) -> dict[tuple[str, int], dict[str, Any]]:
+        """summarize() of the (set, repeat) units rank `rank` of `world_size` plays: unit i
+        of [(eval, 0), (eval, 1), ..., (train, 0), ...] when i mod world_size == rank."""
+        units = [(name, k) for name in self.tasks for k in range(self.repeats)]
+        return {(name, k): summarize(run_episodes(self.policy, self.tokenizer, self.spec, len(self.tasks[name]), self.seed,
+                                                  "eval", tasks=self.tasks[name], sampling_seed=repeat_seed(self.seed, k)))
+                for i, (name, k) in enumerate(units) if i % world_size == rank}
+
     def __call__(self, generation: int) -> dict[str, Any] | None:
         """Run the evaluation after `generation` if it is due; rank 0 records it."""
         if generation not in self.due:
@@ -66,15 +75,8 @@ class PeriodicEval:
         start = time.perf_counter()
         c = self.collective
         c.progress(stage=f"evaluating after generation {generation}")
-        units = [(name, k) for name in self.tasks for k in range(self.repeats)]
-        mine = {}
-        for i, (name, k) in enumerate(units):
-            if i % c.world_size == c.rank:
-                trajs = run_episodes(self.policy, self.tokenizer, self.spec, len(self.tasks[name]), self.seed, "eval",
-                                     tasks=self.tasks[name], sampling_seed=repeat_seed(self.seed, k))
-                mine[(name, k)] = summarize(trajs)
         done: dict[tuple[str, int], dict[str, Any]] = {}
-        for part in c.all_gather(mine):
+        for part in c.all_gather(self.share(c.rank, c.world_size)):
             done.update(part)
         row = {"generation": generation, "wall_s": round(time.perf_counter() - start, 3)}
         for name in self.tasks:

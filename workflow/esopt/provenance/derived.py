@@ -194,7 +194,9 @@ class DerivedChecks:
                     run("rewards", shown, lambda f=gen_file: self._member_rewards(rec, history, f.name, _jsonl(f)))
                     if cmd == "train-es":
                         run("episodes", shown, lambda f=gen_file: self._member_episodes(rec, history, f.name, _jsonl(f)))
-        if metrics is not None and history is not None and cmd in ("train-es", "train-agent"):
+        if metrics is not None and history is not None and cmd == "train-es":
+            run("metrics", metrics[0], lambda: self._es_metrics(rec, _jsonl(metrics[1]), history))
+        if metrics is not None and history is not None and cmd == "train-agent":
             run("metrics", metrics[0], lambda: self._rows_match(
                 _jsonl(metrics[1]), [g.metrics() for g in history.generations], "history.json's generations"))
         skills = output("skill_history.jsonl")
@@ -338,6 +340,22 @@ class DerivedChecks:
         return "ok", f"generation {g.generation}: {len(rows)} episodes replayed through the environment, as recorded"
 
     # -- metrics and budgets
+
+    @classmethod
+    def _es_metrics(cls, rec, rows: list[Any], history) -> tuple[str, str]:
+        """metrics.jsonl of a Sudoku ES run: the history's lines, plus the evaluations during
+        training (es.eval_every: measured, not recomputable) at exactly the due generations."""
+        from esopt.eval.periodic import EVAL_KEYS, eval_generations
+
+        es = rec["config"]["es"]
+        due = eval_generations(es["generations"], es.get("eval_every"))
+        evaluated = {r.get("generation") for r in rows if isinstance(r, dict) and "eval" in r}
+        done = {g.generation for g in history.generations}
+        if evaluated != due & done:
+            return "fail", f"evaluations after generations {sorted(evaluated)}, es.eval_every gives {sorted(due & done)}"
+        plain = [{k: v for k, v in r.items() if k not in EVAL_KEYS} if isinstance(r, dict) else r for r in rows]
+        status, msg = cls._rows_match(plain, [g.metrics() for g in history.generations], "history.json's generations")
+        return status, msg + (f"; evaluated after generations {sorted(evaluated)}" if evaluated and status == "ok" else "")
 
     @staticmethod
     def _rows_match(rows: list[Any], want: list[Any], what: str) -> tuple[str, str]:
