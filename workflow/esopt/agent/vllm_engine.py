@@ -185,8 +185,10 @@ class VLLMEngine:
 
     def __init__(self, model_dir: str | Path, tokenizer, *, dtype: str = "bfloat16", seed: int = 0,
                  gpu_memory_utilization: float = 0.9, max_model_len: int = 4096, enable_prefix_caching: bool = True,
-                 **engine_kwargs: Any):
+                 language_model_only: bool = True, **engine_kwargs: Any):
         vllm = require_vllm()
+        if language_model_only:  # a multimodal checkpoint (Qwen3.5) without its vision tower; text models ignore it
+            engine_kwargs.setdefault("limit_mm_per_prompt", {"image": 0, "video": 0})
         self.model_dir, self.tokenizer = str(model_dir), tokenizer
         self.stop_ids = model_stop_token_ids(self.model_dir, tokenizer)
         device = rank_device()

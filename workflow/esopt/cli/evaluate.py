@@ -23,7 +23,7 @@ BENCHMARKS = ("sudoku",)  # the tool benchmarks have esopt evaluate-agent
 
 def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config, args.threads)
-    from esopt.agent.engine import open_engine
+    from esopt.agent.engine import hf_model_device, open_engine
     from esopt.agent.rollout import write_trajectories
     from esopt.config import engine_settings
     from esopt.envs.sudoku import generate_puzzles
@@ -35,14 +35,15 @@ def main_fn(args: argparse.Namespace) -> int:
         raise ValueError(f"--out {out}: expected a .json file")
     ev = cfg["evaluate"]
     seed = ev["seed"] if args.seed is None else args.seed
-    model, tok = load_model_and_tokenizer(args.model)
+    engine = engine_settings(cfg, "sudoku")
+    model, tok = load_model_and_tokenizer(args.model, device=hf_model_device(engine))  # with vLLM: on the host
     spec = EpisodeSpec.from_config(cfg, args.horizon, ev["decoding"], batch_size=ev["batch_size"])
     prov = Provenance("evaluate", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                       seeds={"evaluate": seed}, inputs=[args.config, args.model])
     upstream = Path(args.model).parent / "provenance.json"  # the training run that made the model
     if upstream.exists():
         prov.inputs.append(str(upstream))
-    policy, engine_record = open_engine(engine_settings(cfg, "sudoku"), model, tok, args.model, seed=seed)
+    policy, engine_record = open_engine(engine, model, tok, args.model, seed=seed)
     repeats = ev.get("repeats", 1)
     try:
         if repeats == 1:

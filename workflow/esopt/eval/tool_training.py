@@ -199,7 +199,8 @@ def run_es(run: ToolRun, cfg, model, policy, tok, tools, train, spec, resume_dir
                                   "base_weights_sha256": weights_sha256(model), "tasks_per_member": e["tasks_per_member"],
                                   "episode": {"max_turns": spec.max_turns, "max_tool_calls": spec.max_tool_calls,
                                               "sampling": vars(spec.sampling)}},
-                        on_generation=on_generation, revert=e.get("revert", "exact"), perturber=perturber)
+                        on_generation=on_generation, revert=e.get("revert", "exact"), perturber=perturber,
+                        member_deadline_s=(cfg.get("distributed") or {}).get("member_deadline_s"))
     history = trainer.run()
     if perturber is not None:
         load_weights(model, policy.state_dict())

@@ -61,9 +61,17 @@ def _train_agent(c: Config, method: str, benchmark: str) -> dict[str, Any]:
     if method == "grpo":
         return {"rl": without(tool_grpo_settings(c), ("ppo",)), "episode": tool_episode_settings(c)}
     out = {"es": without(tool_es_settings(c, benchmark), ("revert",)), "episode": tool_episode_settings(c, benchmark)}
+    out |= _vllm_engine(c, benchmark)
     if "trace2skill" in method:
         out["trace2skill"] = ta.get("trace2skill")
     return out
+
+
+def _vllm_engine(c: Config, benchmark: str) -> dict[str, Any]:
+    """The engine of an agent benchmark's ES and evaluation rollouts when it is vLLM (sampled
+    replies differ between engines); absent for HF, so the settings of HF jobs stay as they were."""
+    e = engine_settings(c, benchmark)
+    return {} if e["name"] == "hf" else {"engine": e}
 
 
 def _search_heuristics(c: Config, task: str, search: str, budget: int | str, es: bool) -> dict[str, Any]:
@@ -122,15 +130,16 @@ JOBS: dict[str, Job] = {
     "build-tool-model": Job("tool_agents.model (not expect) and the episode settings",
                             lambda c: {"model": _without_expect(section(c, "tool_agents").get("model")),
                                        "episode": tool_episode_settings(c)}),
-    "train-agent": Job("the method's tool_agents settings on the benchmark, the episode settings",
+    "train-agent": Job("the method's tool_agents settings on the benchmark, the episode settings, the engine when vLLM",
                        _train_agent, {"method": "--method", "benchmark": "--benchmark"}),
     "build-web-model": Job("web.model (not expect), web.train and the web episode settings",
                            lambda c: {"model": _without_expect(section(c, "web").get("model")),
                                       "train": section(c, "web").get("train"),
                                       "episode": tool_episode_settings(c, "web")}),
-    "evaluate-agent": Job("the block's evaluate and episode settings (tool_agents; web)",
+    "evaluate-agent": Job("the block's evaluate and episode settings (tool_agents; web), the engine when vLLM",
                           lambda c, benchmark=None: {"evaluate": agent_section(c, benchmark or "").get("evaluate"),
-                                                     "episode": tool_episode_settings(c, benchmark)},
+                                                     "episode": tool_episode_settings(c, benchmark)}
+                          | _vllm_engine(c, benchmark or ""),
                           {"benchmark": "--benchmark"}),
     "build-ahd-model": Job("ahd.model (not expect), the task names, ahd.response, ahd.eoh.parents_e",
                            lambda c: {"model": _without_expect(section(c, "ahd").get("model")),
