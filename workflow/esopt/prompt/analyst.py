@@ -4,7 +4,8 @@ Each prompt is one user message; `complete(prompts, seed)` returns one reply per
 prompt, in order. Two implementations:
 
 - `PolicyAnalyst`: the policy model itself (the tiny model on a CPU, or the HF
-  model being trained). Batched, left-padded `generate` under no_grad; the torch
+  model being trained). Batched, left-padded `generate` under no_grad, stopping at the
+  model's stop ids (the rollouts' ones: esopt.agent.engine.stop_token_ids); the torch
   RNG is forked, so the caller's random streams are untouched, and seeded from
   `seed`, so the same seed gives the same replies (temperature 0: greedy). Prompts
   longer than the model's context are cut from the left of their trace part (the
@@ -28,6 +29,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
 
+from esopt.agent.engine import stop_token_ids, trim_at_eos
 from esopt.seeding import derive_seed
 
 # Prompt builders mark the part of a prompt that may be cut (the trace) with these
@@ -163,8 +165,10 @@ class PolicyAnalyst:
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         device = next(model.parameters()).device
         encoded = [self.encode(p) for p in prompts]
+        # a reply ends at the model's stop ids, as in the rollouts (esopt.agent.engine.stop_token_ids)
+        stops = stop_token_ids(tok, getattr(getattr(model, "generation_config", None), "eos_token_id", None))
         kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "pad_token_id": pad,
-                                  "eos_token_id": tok.eos_token_id}
+                                  "eos_token_id": stops[0] if len(stops) == 1 else (stops or None)}
         if self.temperature > 0:
             kwargs.update(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
         else:
@@ -196,21 +200,11 @@ class PolicyAnalyst:
                     new = out[:, width:]
                     replies += [r.strip() for r in tok.batch_decode(new, skip_special_tokens=True)]
                     stats["prompt_tokens"] += int(mask.sum())
-                    stats["generated_tokens"] += _until_eos(new, tok.eos_token_id)
+                    stats["generated_tokens"] += sum(len(trim_at_eos(row, stops)) for row in new.tolist())
         finally:
             model.train(was_training)
         self.last_stats = stats
         return replies
-
-
-def _until_eos(new, eos_id: int | None) -> int:
-    """Generated tokens up to and including each row's first EOS (the rest is padding)."""
-    if eos_id is None:
-        return int(new.numel())
-    total = 0
-    for row in new.tolist():
-        total += row.index(eos_id) + 1 if eos_id in row else len(row)
-    return total
 
 
 # --------------------------------------------------------------------------- OpenAI-compatible server
