@@ -417,18 +417,34 @@ WEB_EPISODE_KEYS = ("sites", "site_seed", "reset", "reset_every", "observation",
                     "prompt_style", "max_turns", "max_new_tokens", "history_turns", "sampling", "crash_retries", "judge",
                     "episodes_in_flight")
 
+# A tool benchmark's own token budgets (tool_agents.benchmarks.B), over the shared ones
+TOOL_TOKEN_CAPS = ("max_new_tokens", "max_episode_tokens")
+
 
 def tool_episode_settings(c: dict[str, Any], benchmark: str | None = None) -> dict[str, Any]:
     """What every episode of an agent benchmark depends on. Tool benchmarks (the default):
-    turn and token budgets, sampling, sandbox, OCR, and each benchmark's tools; web: the
+    turn and token budgets, sampling, sandbox, OCR, each benchmark's tools and its own token
+    caps (token_caps, only when some benchmark sets one: tool_token_caps); web: the
     sites, observation, prompt, budgets, sampling, retries and judge."""
     if benchmark == "web":
         w = section(c, "web")
         return {k: w[k] for k in WEB_EPISODE_KEYS if k in w}
     ta = section(c, "tool_agents")
     keys = ("max_turns", "max_tool_calls", "max_new_tokens", "history_turns", "sampling", "sandbox", "ocr")
+    blocks = ta.get("benchmarks") or {}
+    caps = {b: {k: spec[k] for k in TOOL_TOKEN_CAPS if k in spec} for b, spec in blocks.items()}
+    caps = {b: v for b, v in caps.items() if v}  # none set: the settings read as before the overrides existed
     return {k: ta[k] for k in keys if k in ta} | {
-        "tools": {b: spec.get("tools") for b, spec in (ta.get("benchmarks") or {}).items()}}
+        "tools": {b: spec.get("tools") for b, spec in blocks.items()}} | ({"token_caps": caps} if caps else {})
+
+
+def tool_token_caps(c: dict[str, Any], benchmark: str) -> dict[str, int | None]:
+    """{max_new_tokens, max_episode_tokens} of a tool benchmark's episodes: tool_agents.benchmarks.B's
+    own when set, else tool_agents.max_new_tokens per reply and no cap on the episode (None)."""
+    ta = section(c, "tool_agents")
+    own = benchmark_block(c, benchmark)
+    return {"max_new_tokens": own.get("max_new_tokens", ta["max_new_tokens"]),
+            "max_episode_tokens": own.get("max_episode_tokens")}
 
 
 def tool_es_settings(c: dict[str, Any], benchmark: str) -> dict[str, Any]:

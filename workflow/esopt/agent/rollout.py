@@ -15,7 +15,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
-from esopt.agent.engine import Engine, Sampling, as_engine
+from esopt.agent.engine import Completion, Engine, Sampling, as_engine
 from esopt.io import atomic_path
 
 
@@ -105,6 +105,14 @@ def render_prompt(tokenizer, messages: list[dict[str, str]], thinking: bool) -> 
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=thinking)
 
 
+def observation_tokens(tokenizer, observation: str, thinking: bool) -> int:
+    """Tokens an observation adds to the conversation: the template's rendering of it as the
+    only (user) message, with the generation prompt (how the authors count an observation
+    against their per-episode cap)."""
+    text = render_prompt(tokenizer, [{"role": "user", "content": observation}], thinking)
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 def rollout(
     policy: torch.nn.Module | Engine,
     tokenizer,
@@ -119,6 +127,7 @@ def rollout(
     task_id: Callable[[Any], str] = lambda t: getattr(t, "id", str(t)),
     counters: dict[str, int] | None = None,
     thinking: bool = False,
+    max_episode_tokens: int | None = None,
 ) -> list[Trajectory]:
     """Run one episode per task with the policy as it is now; returns trajectories in task order.
 
@@ -129,6 +138,11 @@ def rollout(
     generated_tokens actually run through the model (cached replies cost nothing).
     `thinking` is agent.thinking: the template's enable_thinking; the environment gets
     each reply's answer, its reasoning is kept on the Turn.
+    `max_episode_tokens` (None: no cap) caps an episode's tokens after its first prompt: each
+    reply as generated plus each observation as the chat template renders it alone (with the
+    next generation prompt), the authors' count. An episode the env has not ended when it
+    reaches the cap ends there, with the reward it has (unanswered: none) and
+    info["ended"] = "max_episode_tokens"; a reply that reaches it and answers is scored.
     """
     if thinking:
         require_thinking_mode(tokenizer)
@@ -138,7 +152,8 @@ def rollout(
     # Greedy decoding is a function of the prompt: a prompt seen before (a stalled
     # episode repeating a rejected move, or two episodes in the same state) gets
     # its earlier reply without another forward pass.
-    replies: dict[str, str] | None = None if sampling.do_sample else {}
+    replies: dict[str, Completion] | None = None if sampling.do_sample else {}
+    spent = [0] * len(trajs)  # tokens counted against max_episode_tokens
     for turn in range(max_turns):
         active = [i for i, tr in enumerate(trajs) if not tr.done]
         if not active:
@@ -152,23 +167,29 @@ def rollout(
                 if prompts[i] not in replies:
                     first.setdefault(prompts[i], i)
             todo = list(first.values())
-        actions: dict[int, str] = {}  # sampled replies of this turn (greedy ones live in `replies`)
+        outs: dict[int, Completion] = {}  # sampled replies of this turn (greedy ones live in `replies`)
         if todo:
             ids = tokenizer([prompts[i] for i in todo], add_special_tokens=False)["input_ids"]
             done = engine.generate(ids, sampling, ("sampling", seed, turn), keys=todo, counters=counters)
             for i, c in zip(todo, done):
                 if replies is None:
-                    actions[i] = c.text
+                    outs[i] = c
                 else:
-                    replies[prompts[i]] = c.text
+                    replies[prompts[i]] = c
         for i in active:
-            reasoning, action = split_reply(actions[i] if replies is None else replies[prompts[i]], thinking)
+            c = outs[i] if replies is None else replies[prompts[i]]
+            reasoning, action = split_reply(c.text, thinking)
             obs, reward, done_, info = envs[i].step(action)
             tr = trajs[i]
             tr.turns.append(Turn(action, obs, float(reward), reasoning))
             tr.reward += float(reward)
             tr.done = done_
             tr.info = info
+            if max_episode_tokens is not None and not done_:
+                spent[i] += len(c.token_ids) + observation_tokens(tokenizer, obs, thinking)
+                if spent[i] >= max_episode_tokens:
+                    tr.done = True
+                    tr.info = {**info, "ended": "max_episode_tokens", "episode_tokens": spent[i]}
     for tr in trajs:  # the turn budget ran out before the env said done
         tr.done = True
     return trajs

@@ -25,7 +25,7 @@ from typing import Any
 from esopt.agent.react import make_react_env, tool_instructions
 from esopt.agent.rollout import Sampling, Trajectory, rollout
 from esopt.agent.tools import Tool
-from esopt.config import agent_section, benchmark_block, engine_settings
+from esopt.config import agent_section, benchmark_block, engine_settings, tool_token_caps
 from esopt.envs.benchmarks import check, instructions, task_class
 from esopt.io import write_text_atomic
 
@@ -200,7 +200,9 @@ def rollout_policy(cfg: dict[str, Any], benchmark: str, model, tokenizer, model_
 class ToolEpisodeSpec:
     """Everything about a batch of agent episodes except the model, tasks and seed.
     `make_env` comes from `episode_envs` (default: the tool benchmarks' ReAct environment);
-    `in_flight` bounds the episodes run at once (web: browser contexts; None: all)."""
+    `in_flight` bounds the episodes run at once (web: browser contexts; None: all);
+    `max_episode_tokens` caps an episode's replies and observations (esopt.agent.rollout.rollout;
+    None: no cap)."""
 
     benchmark: str
     max_turns: int
@@ -211,6 +213,7 @@ class ToolEpisodeSpec:
     cfg: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     make_env: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
     in_flight: int | None = None
+    max_episode_tokens: int | None = None
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any], benchmark: str, decoding: str, batch_size: int | None = None,
@@ -218,10 +221,13 @@ class ToolEpisodeSpec:
         check(benchmark)
         ta = agent_section(cfg, benchmark)
         s = ta["sampling"]
-        sampling = Sampling.from_profile(s, ta["max_new_tokens"], do_sample=decoding == "sample")
+        caps = ({"max_new_tokens": ta["max_new_tokens"], "max_episode_tokens": None} if benchmark == "web"
+                else tool_token_caps(cfg, benchmark))  # a tool benchmark's own caps over the shared ones
+        sampling = Sampling.from_profile(s, caps["max_new_tokens"], do_sample=decoding == "sample")
         return cls(benchmark=benchmark, max_turns=ta["max_turns"], max_tool_calls=ta.get("max_tool_calls"),
                    history_turns=ta.get("history_turns"), sampling=sampling, batch_size=batch_size, cfg=cfg,
-                   make_env=make_env, in_flight=ta.get("episodes_in_flight"))
+                   make_env=make_env, in_flight=ta.get("episodes_in_flight"),
+                   max_episode_tokens=caps["max_episode_tokens"])
 
     def env_factory(self, tools: Sequence[Tool]) -> Callable[[], Any]:
         if self.make_env is not None:
@@ -247,6 +253,7 @@ def run_tool_episodes(model, tokenizer, spec: ToolEpisodeSpec, tools: Sequence[T
             system=system_prompt(spec.benchmark, tools, skill, spec.cfg), sampling=spec.sampling,
             seed=seed if c == 0 else derive_seed(seed, "chunk", c), max_turns=spec.max_turns,
             history_turns=spec.history_turns, batch_size=spec.batch_size, counters=counters,
+            max_episode_tokens=spec.max_episode_tokens,
         )
     return out
 
