@@ -60,7 +60,14 @@ rule build_probe_model:
         "--out {output.model} --rule {rule} > {log} 2>&1"
 
 
-# Peak memory of one real step of a method, in its own process.
+# How a memory job starts: grpo / ppo as train-rl (over rl.ranks > 1: torchrun, sharded, one
+# GPU per rank), inference and es as one process on one GPU (ES memory is one replica's).
+def memory_sharded(mem_method):
+    return mem_method in ("grpo", "ppo") and RL_RANKS > 1
+
+
+# Peak memory of one real step of a method, in its own process(es); sharded: every rank's
+# peak and the largest (memory per GPU).
 rule memory:
     input:
         config=ancient(CONFIGFILE),  # reruns follow the config sections in params
@@ -70,12 +77,15 @@ rule memory:
         summary=f"{R}/memory/{PROBE}/{{mem_method}}.json",
     params:
         settings=settings("memory"),
+        launch=lambda wc: RL_LAUNCH if memory_sharded(wc.mem_method) else "esopt",
         wildcards=lambda wc: wildcards_json(wc),
     log:
         f"{LOGS}/memory/{{mem_method}}.log",
-    threads: config["threads"]
+    threads: lambda wc: config["threads"] * (RL_RANKS if memory_sharded(wc.mem_method) else 1)
+    resources:
+        gpu=lambda wc: RL_GPUS if memory_sharded(wc.mem_method) else 1,
     conda:
         "../../envs/esopt.yaml"
     shell:
-        "esopt memory --method {wildcards.mem_method} --config {input.config} --model {input.model} "
+        "{params.launch} memory --method {wildcards.mem_method} --config {input.config} --model {input.model} "
         '--out {output.summary} --rule {rule} --wildcards "{params.wildcards}" > {log} 2>&1'

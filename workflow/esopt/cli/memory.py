@@ -9,11 +9,19 @@ holds: policy, critic, reference) and the peak above the level reached after
 imports and model load (CUDA: max_memory_allocated; CPU: resident-memory
 high-water mark), so ratios between methods are not drowned by the interpreter.
 Writes FILE.json and FILE.provenance.json.
+
+GRPO / PPO as they train over rl.ranks > 1 (the pipeline launches this command as it
+launches train-rl): under torchrun the step runs sharded (FSDP2, esopt.rl.sharding),
+each rank measures its own process and device, and rank 0 writes every rank's peak
+(`per_rank`) with the largest as the summary's peak (memory per GPU):
+    torchrun --standalone --nproc-per-node 4 -m esopt.cli.main memory --method grpo ...
+inference and es run in one process: ES memory per GPU is that of one replica.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import logging
 import time
@@ -52,28 +60,52 @@ def main_fn(args: argparse.Namespace) -> int:
         raise ValueError(f"--method {args.method!r}: expected one of {METHODS}")
     if "memory" not in cfg:
         raise ValueError(f"{args.config} has no `memory` block")
-    if args.method in ("grpo", "ppo") and "rl" not in cfg:
+    rl = args.method in ("grpo", "ppo")
+    if rl and "rl" not in cfg:
         raise ValueError(f"{args.config} has no `rl` block for --method {args.method}")
+    from esopt.es.distributed import from_config, launched_world_size
+
+    world = launched_world_size()
+    if world > 1 and not rl:
+        raise ValueError(f"--method {args.method} runs in one process (its memory per GPU is one replica's), "
+                         f"but it was launched as {world} ranks: run it without torchrun")
+    collective = from_config(cfg)  # one process, or the torchrun ranks of a sharded RL step
+    try:
+        return _measure(args, cfg, exact, collective)
+    finally:
+        collective.close()
+
+
+def _measure(args: argparse.Namespace, cfg: dict, exact: bool, collective) -> int:
+    """Load, build the method's step, warm up, then measure the step (every rank); rank 0 writes."""
     # Every import happens before the baseline is taken.
     from esopt.agent.rollout import Sampling
     from esopt.es import ESConfig, ESTrainer
     from esopt.eval.episodes import EpisodeSpec, run_episodes, sudoku_rl_rollouts, summarize
-    from esopt.eval.memory import PeakMemory, module_state_bytes
-    from esopt.models.load import load_model_and_tokenizer
+    from esopt.eval.memory import PeakMemory, max_over_ranks, module_state_bytes, rank_peaks
+    from esopt.models.load import default_device, load_model_and_tokenizer
     from esopt.rl.critic import build_critic
+    from esopt.rl.sharding import full_params
     from esopt.rl.trainer import RLConfig, RLTrainer
 
+    world = collective.world_size
     if args.model is None:  # where the pipeline puts it
         name = cfg["model"]["name"] + ("-probe" if cfg["memory"].get("probe") else "")
         args.model = f"results/models/{name}"
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if world > 1 and device == "cuda":
+        device = default_device()  # cuda:LOCAL_RANK: one GPU per rank
     scfg = step_config(cfg)
     m = scfg["memory"]
     prov = Provenance("memory", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                       seeds={"memory": m["seed"]}, inputs=[args.config, args.model])
     rl = args.method in ("grpo", "ppo")
+    if rl and scfg["rl"]["ranks"] != world:
+        log.warning("rl.ranks is %d, but this step runs on %d rank(s) and measures those", scfg["rl"]["ranks"], world)
     dtype = scfg["rl"]["dtype"] if rl else None
     model, tok = load_model_and_tokenizer(args.model, dtype=dtype, device=device)
+    params = sum(p.numel() for p in model.parameters())  # before any sharding
+    model_dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     spec = EpisodeSpec.from_config(scfg, m["horizon"], scfg["es"]["member_decoding"])
     breakdown: dict[str, int | float] = {}
     held = [model]
@@ -106,8 +138,9 @@ def main_fn(args: argparse.Namespace) -> int:
         sampling = Sampling.from_profile(prof, scfg["agent"]["max_new_tokens"])
         rcfg = RLConfig.from_settings(scfg["rl"], args.method, prof, m["seed"])
         critic = build_critic(model, args.model, rcfg.critic).to(device) if args.method == "ppo" else None
+        # over several ranks RLTrainer shards policy, critic and reference (FSDP2) as train-rl does
         trainer = RLTrainer(model, rcfg, sudoku_rl_rollouts(scfg, tok, m["horizon"], sampling), pad_id=tok.pad_token_id,
-                            critic=critic, progress=False)
+                            critic=critic, progress=False, collective=collective)
         held += [critic, trainer.reference]
 
         def run():
@@ -116,27 +149,35 @@ def main_fn(args: argparse.Namespace) -> int:
 
     # One-time lazy initialisation (kernel caches, the chat template's compilation)
     # happens in a 1-token warm-up call, so the peak below is the step's own memory.
-    with torch.no_grad():
+    # Sharded, the policy generates with its parameters gathered, as in the step's rollouts.
+    with torch.no_grad(), full_params(trainer.scorer) if world > 1 else contextlib.nullcontext():
         ids = tok("warm up", return_tensors="pt").to(device)
         model.generate(**ids, max_new_tokens=1, do_sample=False, pad_token_id=tok.pad_token_id)
         tok.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True)
-    state = module_state_bytes(*held)
+    state = module_state_bytes(*held)  # this rank's: its shards when sharded
     with PeakMemory(device) as pm:
         t0 = time.perf_counter()
         result = run()
         wall = time.perf_counter() - t0
-    params = sum(p.numel() for p in model.parameters())
+    mine = rank_peaks(collective.rank, device, state, pm, wall)
+    log.info("%s rank %d: model state %.1f MiB + peak above load %.1f MiB = %.1f MiB (%s, %.1fs)", args.method,
+             collective.rank, state / 2**20, pm.peak_above_start / 2**20, mine["peak_bytes"] / 2**20, pm.measure, wall)
+    gathered = collective.all_gather(mine)
+    if not collective.is_main:
+        return 0
+    peaks = max_over_ranks(gathered)
     rec = {
-        "method": args.method, "model": Path(args.model).name, "params": params,
-        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."), "device": device, "measure": pm.measure,
-        "model_state_bytes": state, "peak_above_load_bytes": pm.peak_above_start, "peak_bytes": state + pm.peak_above_start,
-        "step_wall_s": wall, "episodes": m["episodes"], "breakdown": breakdown, "step": result,
+        "method": args.method, "model": Path(args.model).name, "params": params, "dtype": model_dtype, "device": device,
+        "measure": pm.measure, **{k: peaks[k] for k in ("model_state_bytes", "peak_above_load_bytes", "peak_bytes")},
+        "step_wall_s": max(r["step_wall_s"] for r in gathered), "episodes": m["episodes"], "breakdown": breakdown, "step": result,
         "allocator": "mmap_threshold_64KiB" if exact else "default",
+        **{k: peaks[k] for k in ("ranks", "peak_rank", "per_rank")},
     }
     write_json_atomic(args.out, rec)
     prov.write(Path(args.out).with_suffix(".provenance.json"), outputs=[args.out])
-    log.info("%s: model state %.1f MiB + peak above load %.1f MiB = %.1f MiB (%s, %.1fs)", args.method, state / 2**20,
-             pm.peak_above_start / 2**20, rec["peak_bytes"] / 2**20, pm.measure, wall)
+    if world > 1:
+        log.info("%s: the largest peak of %d ranks, rank %d's: %.1f MiB", args.method, world, peaks["peak_rank"],
+                 peaks["peak_bytes"] / 2**20)
     return 0
 
 

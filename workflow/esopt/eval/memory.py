@@ -1,6 +1,7 @@
 """Peak memory of a block of code, measured.
 
-GPU: torch.cuda.max_memory_allocated after resetting the peak (the model is in it).
+GPU: torch.cuda.max_memory_allocated of the block's device after resetting the peak (the
+model is in it); max_memory_reserved beside it (what the caching allocator held).
 CPU: the kernel's high-water mark of resident memory (VmHWM), reset just before the
 block through /proc/self/clear_refs, minus the resident memory at that moment; the
 caller adds the bytes of the model state it loaded before, so interpreter and
@@ -24,6 +25,7 @@ import gc
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -63,12 +65,15 @@ def rss_bytes() -> int:
 
 
 def module_state_bytes(*modules: torch.nn.Module | None) -> int:
-    """Bytes of parameters and buffers (each tensor once, tied weights once)."""
+    """Bytes of parameters and buffers this process holds (each tensor once, tied weights
+    once); of a module sharded by FSDP2, its local shards."""
     seen, total = set(), 0
     for m in modules:
         if m is None:
             continue
         for t in list(m.parameters()) + list(m.buffers()):
+            if hasattr(t, "to_local"):  # a DTensor: this rank's shard
+                t = t.to_local()
             key = t.untyped_storage().data_ptr()
             if key not in seen:
                 seen.add(key)
@@ -78,18 +83,23 @@ def module_state_bytes(*modules: torch.nn.Module | None) -> int:
 
 @dataclass
 class PeakMemory:
-    """with PeakMemory(device) as pm: ...; then pm.peak_above_start (bytes) and pm.measure."""
+    """with PeakMemory(device) as pm: ...; then pm.peak_above_start (bytes) and pm.measure.
+    On CUDA also pm.cuda_max_allocated and pm.cuda_max_reserved: the device's absolute
+    peaks (bytes) during the block (None on CPU)."""
 
     device: str = "cpu"
     peak_above_start: int = 0
     measure: str = ""
+    cuda_max_allocated: int | None = None
+    cuda_max_reserved: int | None = None
 
     def __enter__(self) -> "PeakMemory":
         gc.collect()
         if self.device.startswith("cuda"):
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            self._start = torch.cuda.memory_allocated()
+            dev = torch.device(self.device)
+            torch.cuda.synchronize(dev)
+            torch.cuda.reset_peak_memory_stats(dev)
+            self._start = torch.cuda.memory_allocated(dev)
             self.measure = "cuda_max_allocated"
             return self
         trim_heap()
@@ -111,11 +121,35 @@ class PeakMemory:
 
     def __exit__(self, *exc) -> None:
         if self.device.startswith("cuda"):
-            torch.cuda.synchronize()
-            self.peak_above_start = torch.cuda.max_memory_allocated() - self._start
+            dev = torch.device(self.device)
+            torch.cuda.synchronize(dev)
+            self.cuda_max_allocated = torch.cuda.max_memory_allocated(dev)
+            self.cuda_max_reserved = torch.cuda.max_memory_reserved(dev)
+            self.peak_above_start = self.cuda_max_allocated - self._start
         elif self._sampler is None:
             self.peak_above_start = _status_kib("VmHWM") * 1024 - self._start
         else:
             self._stop.set()
             self._sampler.join()
             self.peak_above_start = self._peak - self._start
+
+
+def rank_peaks(rank: int, device: str, state: int, pm: PeakMemory, wall_s: float) -> dict[str, Any]:
+    """One process's measurement: its device, the model state it holds (its shards when
+    sharded), its peak above load, their sum, on CUDA the device's absolute peaks, and the
+    block's wall time."""
+    return {"rank": rank, "device": device, "model_state_bytes": state, "peak_above_load_bytes": pm.peak_above_start,
+            "peak_bytes": state + pm.peak_above_start, "cuda_max_allocated_bytes": pm.cuda_max_allocated,
+            "cuda_max_reserved_bytes": pm.cuda_max_reserved, "step_wall_s": wall_s}
+
+
+def max_over_ranks(per_rank: list[dict]) -> dict:
+    """The summary's peak fields from every rank's `rank_peaks`: those of the rank with the
+    largest peak_bytes (state and peak above load from the same rank, so they still add up;
+    per GPU, the number a device must hold), plus `ranks`, `per_rank` and `peak_rank`."""
+    if not per_rank:
+        raise ValueError("no rank measured anything")
+    top = max(per_rank, key=lambda r: r["peak_bytes"])
+    out = {k: top[k] for k in ("model_state_bytes", "peak_above_load_bytes", "peak_bytes")}
+    return {**out, "ranks": len(per_rank), "peak_rank": top["rank"],
+            "per_rank": sorted(per_rank, key=lambda r: r["rank"])}

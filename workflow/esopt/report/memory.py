@@ -1,5 +1,6 @@
 """Peak memory of inference, ES and RL training steps (files from `esopt memory`): the
-table, and a figure with the peaks and our ratios beside the paper's."""
+table, and a figure with the peaks and our ratios beside the paper's. A sharded RL step's
+file (rl.ranks > 1) holds every rank's peak and, as peak_bytes, the largest: memory per GPU."""
 
 from __future__ import annotations
 
@@ -23,9 +24,9 @@ GIB = 2 ** 30
 # The paper (Qwen3.5-4B): ESOpt 8.41 GB, the same as inference; GRPO 58.88 GB.
 PAPER = {"es_gb": 8.41, "grpo_gb": 58.88}
 
-FILE_COLUMNS = ["method", "model", "params", "dtype", "device", "measure", "model_state_bytes",
+FILE_COLUMNS = ["method", "model", "params", "dtype", "device", "ranks", "measure", "model_state_bytes",
                 "peak_above_load_bytes", "peak_bytes", "step_wall_s", "source"]
-TABLE_COLUMNS = ["method", "model", "params", "dtype", "device", "measure", "model_state_bytes",
+TABLE_COLUMNS = ["method", "model", "params", "dtype", "device", "ranks", "measure", "model_state_bytes",
                  "peak_above_load_bytes", "peak_bytes", "peak_gib", "ratio_to_inference", "ratio_to_es", "step_wall_s"]
 
 
@@ -36,7 +37,7 @@ def _order(methods) -> list[str]:
 
 def load_memory(paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
     """One row per memory file; peak_bytes = model_state_bytes + peak_above_load_bytes
-    when the file leaves it out. Two files for one method is an error."""
+    when the file leaves it out; ranks 1 when it does not say. Two files for one method is an error."""
     rows = []
     for p in paths:
         rec = json.loads(Path(p).read_text())
@@ -50,13 +51,13 @@ def load_memory(paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
             raise ValueError(f"{p}: memory file has neither peak_bytes nor model_state_bytes + peak_above_load_bytes")
         rows.append({**{k: rec.get(k) for k in ["method", "model", "params", "dtype", "device", "measure"]}, "model_state_bytes": state,
                      "peak_above_load_bytes": above, "peak_bytes": peak, "step_wall_s": rec.get("step_wall_s"),
-                     "source": str(p)})
+                     "ranks": rec.get("ranks", 1), "source": str(p)})
     df = pd.DataFrame(rows, columns=FILE_COLUMNS)
     dup = df.method[df.method.duplicated()].unique().tolist()
     if dup:
         raise ValueError(f"more than one memory file for {dup}: "
                          f"{df.source[df.method.isin(dup)].tolist()}")
-    for c in ["params", "model_state_bytes", "peak_above_load_bytes", "peak_bytes"]:  # exact in the CSV
+    for c in ["params", "ranks", "model_state_bytes", "peak_above_load_bytes", "peak_bytes"]:  # exact in the CSV
         df[c] = pd.to_numeric(df[c], errors="coerce").round().astype("Int64")
     df["step_wall_s"] = pd.to_numeric(df["step_wall_s"], errors="coerce").astype(float)
     order = {m: i for i, m in enumerate(_order(df.method))}
@@ -131,7 +132,9 @@ def plot_memory(table: pd.DataFrame, path: str | os.PathLike, paper: Mapping[str
             note += f"\n×{r.ratio_to_inference:.2f} inference"
         ax.annotate(note, (i, vals[i]), xytext=(0, 3), textcoords="offset points", ha="center", va="bottom",
                     fontsize=8)
-    ax.set_xticks(list(x), [LABELS.get(m, m) for m in t.method], fontsize=8)
+    ranks = t.ranks.fillna(1).astype(int) if "ranks" in t else [1] * len(t)  # sharded RL: per GPU
+    labels = [LABELS.get(m, m) + (f"\n{n} ranks, per GPU" if n > 1 else "") for m, n in zip(t.method, ranks)]
+    ax.set_xticks(list(x), labels, fontsize=8)
     measures = ", ".join(t.measure.dropna().unique())
     ax.set_ylabel(f"peak memory ({unit}{'; ' + measures if measures else ''})")
     ax.set_ylim(0, (vals.max() if len(t) else 1) * 1.3)
