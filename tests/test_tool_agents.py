@@ -177,6 +177,6 @@ def test_audit_checks_tool_results_against_the_sections_they_depend_on(setup, tm
         cfg_path.write_text(yaml.safe_dump(cfg))
         capsys.readouterr()
         assert audit.main([str(out), "--no-replay"]) == 1
-        assert "tool_agents settings on the benchmark, the episode settings; for method esopt, benchmark math" in capsys.readouterr().out
+        assert "tool_agents settings on the benchmark, the episode settings, the engine when vLLM; for method esopt, benchmark math" in capsys.readouterr().out
     finally:
         cfg_path.write_text(saved)

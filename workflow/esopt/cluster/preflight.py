@@ -202,8 +202,8 @@ def check_extras(config: dict[str, Any]) -> list[Problem]:
     problems = []
     engines = {b: engine_settings(config, b)["name"] for b in (config.get("engine") or {}) if b != "vllm"}
     if "vllm" in engines.values() and importlib.util.find_spec("vllm") is None:
-        uses = ", ".join(b for b, e in engines.items() if e == "vllm")
-        problems.append(Problem(f"engine vllm (engine.{uses}) but vLLM is not importable here",
+        uses = ", ".join(f"engine.{b}" for b, e in engines.items() if e == "vllm")
+        problems.append(Problem(f"engine vllm ({uses}) but vLLM is not importable here",
                                 'pip install -e ".[vllm]" in the jobs\' environment (or run with --sdm conda: envs/vllm.yaml)'))
     web = config.get("web") or {}
     if web:

@@ -126,7 +126,7 @@ class TorchCollective(Collective):
         n = self._calls
         self._calls += 1
         name = f"{what} #{n}"
-        key = lambda r, k=n: f"arrive/{k}/{r}"  # noqa: E731
+        key = lambda r, k=n: f"arrive/{k}/{r}"
         arrival = time.time()
         self._store.set(key(self.rank), str(arrival))
         if n >= 2:  # every rank passed call n - 2 before any arrived at n - 1, which this rank passed

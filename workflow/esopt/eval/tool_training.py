@@ -244,7 +244,7 @@ def run_grpo(run: ToolRun, cfg, tok, model_dir, tools, train, benchmark, resume_
     from esopt.agent.react import make_react_env
     from esopt.agent.rollout import Sampling, kept_steps, write_trajectories
     from esopt.agent.tokens import token_rollout
-    from esopt.config import tool_grpo_settings
+    from esopt.config import tool_grpo_settings, tool_token_caps
     from esopt.eval.tool_episodes import sample_batch, system_prompt
     from esopt.models.load import load_model_and_tokenizer
     from esopt.rl.trainer import RLConfig, RLTrainer
@@ -252,7 +252,7 @@ def run_grpo(run: ToolRun, cfg, tok, model_dir, tools, train, benchmark, resume_
     ta = cfg["tool_agents"]
     rl = tool_grpo_settings(cfg)
     prof = ta["sampling"]
-    sampling = Sampling.from_profile(prof, ta["max_new_tokens"])
+    sampling = Sampling.from_profile(prof, tool_token_caps(cfg, benchmark)["max_new_tokens"])
     rcfg = RLConfig.from_settings(rl, "grpo", prof, run.seed)
     policy, _ = load_model_and_tokenizer(model_dir, dtype=rl["dtype"])
     system = system_prompt(benchmark, tools)
