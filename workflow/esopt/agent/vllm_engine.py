@@ -362,7 +362,7 @@ class ReEncoding:
     compared with (tests, benchmarks/engine.py)."""
 
     def __init__(self, engine: VLLMEngine):
-        self.engine = engine
+        self.engine, self.stop_ids = engine, engine.stop_ids
 
     def generate(self, *args: Any, **kw: Any) -> list[Completion]:
         self.engine.reset_prefix_cache()
