@@ -23,7 +23,8 @@ Modules:
   actions     parse_action: both action syntaxes, explanatory errors
   observe     the accessibility tree (WebArena's line format) and the simplified HTML
   browser     BrowserPool: headless chromium, restarts, hang watchdog
-  env         WebRuntime (sites + browsers), WebEnv (the episode), instructions
+  env         WebRuntime (sites + browsers), WebEnv (the episode)
+  prompts     the system prompt and the per-turn observation text
   templates   the task templates over the seeded sites: generate_tasks, split_of
   expert      ScriptedExpert: solves generated tasks through the action interface
   sites/      the local sites (data, schemas, Flask apps, the server process)
@@ -35,9 +36,10 @@ Modules:
 
 from esopt.envs.web.actions import Action, ActionError, parse_action
 from esopt.envs.web.deps import WebDependencyError
-from esopt.envs.web.env import WebEnv, WebRuntime, instructions
+from esopt.envs.web.env import WebEnv, WebRuntime
 from esopt.envs.web.evaluators import CallableJudge, JudgeError, OpenAIJudge, evaluate, make_judge
 from esopt.envs.web.expert import ExpertError, ScriptedExpert
+from esopt.envs.web.prompts import instructions
 from esopt.envs.web.sites.server import FixedSites, LocalSites
 from esopt.envs.web.tasks import TaskFormatError, WebTask, load_tasks, resolve_urls, write_tasks
 from esopt.envs.web.templates import TEMPLATES, generate_tasks, split_of

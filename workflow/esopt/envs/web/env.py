@@ -43,7 +43,8 @@ from typing import Any
 from esopt.envs.web.actions import Action, ActionError, parse_action
 from esopt.envs.web.browser import BrowserCrash, BrowserPool
 from esopt.envs.web.evaluators import SEMANTICS_FIELD, EvalResult, Judge, evaluate, make_judge
-from esopt.envs.web.observe import HTML_JS, MODES, aria_selector, format_aria, html_locator_selector, truncate
+from esopt.envs.web.observe import HTML_JS, MODES, aria_selector, format_aria, html_locator_selector
+from esopt.envs.web.prompts import format_observation, instructions
 from esopt.envs.web.sites.server import Episode, FixedSites, LocalSites
 from esopt.envs.web.tasks import WebTask, unresolved
 
@@ -52,23 +53,6 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_TURNS = 15
 DEFAULT_MAX_OBS_CHARS = 4000
 SCROLL_PX = 600
-
-
-def instructions(style: str = "full") -> str:
-    """The system prompt of the web benchmark. "short" for the tiny model."""
-    if style == "short":
-        return ("Web tasks. One action per reply: click [id], type [id] [text], hover [id], press [key], "
-                "scroll [down], goto [url], go_back, stop [answer].")
-    if style != "full":
-        raise ValueError(f"prompt style {style!r}: expected 'full' or 'short'")
-    return ("You are a web agent. Each message shows your objective, the current URL, the result of your "
-            "previous action and the page as an accessibility tree, one element per line with its id in "
-            "brackets. Reply with exactly one action:\n"
-            "click [id] | type [id] [text] (presses Enter after; type [id] [text] [0] does not) | hover [id] | "
-            "press [key, e.g. Enter] | scroll [down] or scroll [up] | select [id] [option] | goto [url] | "
-            "go_back | go_forward | stop [answer].\n"
-            "When the objective asks for information, finish with stop [answer]; otherwise finish with stop [] "
-            "once it is done.")
 
 
 class WebRuntime:
@@ -449,11 +433,9 @@ class WebEnv:
                 self._check_browser(e)
                 tree, self._ids, title = f"(the page could not be read: {_first_line(e)})", {}, ""
         self._last_url = page.url
-        head = (f"Objective: {self._task.intent}\nURL: {page.url}\nPrevious action: {feedback}\n"
-                f"Turns left: {self.max_turns - self._turns}\nPage: {title}\n")
-        # restated after the page too: a small model then copies names from a few tokens back
-        tail = f"\nObjective: {self._task.intent}" if self.restate_objective else ""
-        return head + truncate(tree, max(200, self.max_obs_chars - len(head) - len(tail))) + tail
+        return format_observation(intent=self._task.intent, url=page.url, feedback=feedback,
+                                  turns_left=self.max_turns - self._turns, title=title, page=tree,
+                                  max_chars=self.max_obs_chars, restate_objective=self.restate_objective)
 
     def _observe_safe(self, feedback: str) -> str:
         try:
