@@ -224,8 +224,20 @@ def _webrl(name: str, call: str) -> Action | ActionError:
     return Action(kind)
 
 
-def parse_action(text: str) -> Action | ActionError:
-    """The action in a model reply (see the module docstring); never raises."""
+SYNTAXES = ("tolerant", "vab")
+
+
+def parse_action(text: str, syntax: str = "tolerant") -> Action | ActionError:
+    """The action in a model reply; never raises on the reply.
+
+    `syntax="tolerant"` (the local sites' models): the first call or verb, either syntax
+    (the module docstring). `syntax="vab"`: VisualAgentBench's rule for the real suite
+    (`_parse_vab`). An unknown `syntax` is a caller's mistake and raises ValueError.
+    """
+    if syntax not in SYNTAXES:
+        raise ValueError(f"action syntax {syntax!r}: expected one of {', '.join(SYNTAXES)}")
+    if syntax == "vab":
+        return _parse_vab(text)
     try:
         text = text if isinstance(text, str) else str(text)
         fenced = _FENCE_RE.findall(text)
@@ -239,3 +251,8 @@ def parse_action(text: str) -> Action | ActionError:
         return ActionError(f"No action found in your reply. {USAGE}")
     except Exception as e:  # a parser bug must not end the episode
         return ActionError(f"Could not read your action ({type(e).__name__}). {USAGE}")
+
+
+def _parse_vab(text: str) -> Action | ActionError:
+    """VisualAgentBench's reading of a reply (filled in below)."""
+    return ActionError("vab syntax: not implemented yet")
