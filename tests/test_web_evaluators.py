@@ -15,6 +15,7 @@ from esopt.envs.web.evaluators import (
     call_helper,
     clean_answer,
     evaluate,
+    is_judge_failure,
     make_judge,
     must_include,
     program_html,
@@ -122,42 +123,111 @@ def test_openai_judge_that_cannot_be_reached_raises_judge_error():
         judge(intent="q", reference="a", answer="a", kind="fuzzy")
 
 
-def test_openai_judge_sends_the_configured_prompt_and_system_message():
+# VisualAgentBench's judge request, written out as its helper_functions_eval.py builds it
+# (VAB-WebArena-Lite/new/helper_functions_eval.py l.586-606 and l.619-641 at 9055fc2), for
+# question "q", reference "r", prediction "a"; the model is the authors' (evaluation_judge.patch).
+VAB_FUZZY = ("Help a teacher to grade the answer of a student given a question. Keep in mind that the student may use "
+             "different phrasing or wording to answer the question. The goal is to evaluate whether the answer is "
+             "semantically equivalent to the reference answer.\n"
+             "question: q\nreference answer: r\nall the string 'N/A' that you see is a special sequence that means "
+             "'not achievable'\nstudent answer: a\nConclude the judgement by 'correct', 'incorrect', or 'partially "
+             "correct'. Only output one of these options, and nothing else.")
+VAB_UA = ("task: q\nactual unachievable reason: r\nreported unachievable reason: a\nThe task described above is "
+          "inherently unachievable due to the reason specified under 'actual unachievable reason'. An individual "
+          "previously attempted this task and was unable to complete it. They provided a reason for their failure, "
+          "which is listed under 'reported unachievable reason'. Your role is to review both the actual and reported "
+          "reasons. Determine if the reported reason aligns with the actual reason, even if implicitly. If the stated "
+          "reason is in line with the actual reason, respond with 'same'. Otherwise, respond with 'different'.")
+
+
+@contextlib.contextmanager
+def chat_endpoint(replies):
+    """A real HTTP /chat/completions stand-in answering from `replies` in turn: a text (the
+    judge's reply) or an int (that HTTP status, an error); the request bodies go to `.bodies`."""
     import http.server
     import threading
+    from types import SimpleNamespace
 
-    bodies = []
+    state = SimpleNamespace(bodies=[], url="")
+    queue = list(replies)
 
     class Endpoint(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args):
             pass
 
         def do_POST(self):
-            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            data = json.dumps({"choices": [{"message": {"content": "Correct."}}]}).encode()
-            self.send_response(200)
+            state.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            reply = queue.pop(0) if len(queue) > 1 else queue[0]
+            code, data = (reply, b'{"error": "refused"}') if isinstance(reply, int) else (
+                200, json.dumps({"choices": [{"message": {"content": reply}}]}).encode())
+            self.send_response(code)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     try:
-        base = f"http://127.0.0.1:{server.server_address[1]}/v1"
-        judge = make_judge({"kind": "openai", "base_url": base, "model": "gpt-4.1-mini", "system": "Be brief",
-                            "max_tokens": 768, "prompts": {"fuzzy": "Q: {intent} R: {reference} A: {answer}"}})
-        assert judge(intent="q", reference="r", answer="a", kind="fuzzy") is True
-        assert bodies[0]["max_tokens"] == 768 and bodies[0]["model"] == "gpt-4.1-mini"
-        assert bodies[0]["messages"] == [{"role": "system", "content": "Be brief"},
-                                         {"role": "user", "content": "Q: q R: r A: a"}]
-        plain = make_judge({"kind": "openai", "base_url": base, "model": "m"})
-        assert plain(intent="q", reference="r", answer="a", kind="fuzzy") is True
-        assert [m["role"] for m in bodies[1]["messages"]] == ["user"] and "Reference answer: r" in bodies[1]["messages"][0]["content"]
+        yield state
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_openai_judge_asks_what_visualagentbench_asks_with_its_settings():
+    with chat_endpoint(["Correct", "Same"]) as ep:
+        judge = make_judge({"kind": "openai", "base_url": ep.url, "model": "gpt-4.1-mini"})
+        assert judge(intent="q", reference="r", answer="a", kind="fuzzy") is True
+        assert judge(intent="q", reference="r", answer="a", kind="unachievable") is True
+    fuzzy, ua = ep.bodies
+    for body, text in ((fuzzy, VAB_FUZZY), (ua, VAB_UA)):
+        assert body == {"model": "gpt-4.1-mini", "temperature": 0, "top_p": 1.0, "max_tokens": 768,
+                        "messages": [{"role": "system", "content": "You are a helpful assistant"},
+                                     {"role": "user", "content": text}]}
+
+
+@pytest.mark.parametrize("reply, kind, verdict", [
+    ("Correct", "fuzzy", True), ("correct.", "fuzzy", True), ("Incorrect", "fuzzy", False),
+    ("partially correct", "fuzzy", False), ("The answer is correct, not incorrect", "fuzzy", False),
+    ("same", "unachievable", True), ("Different.", "unachievable", False), ("not the same, different", "unachievable", False),
+])
+def test_the_verdict_is_read_as_visualagentbench_reads_it(reply, kind, verdict):
+    assert CallableJudge(lambda **kw: reply)(intent="q", reference="r", answer="a", kind=kind) is verdict
+
+
+def test_the_openai_judge_retries_overload_fails_fast_on_a_wrong_key_and_never_guesses(monkeypatch):
+    import esopt.envs.web.evaluators as ev
+
+    monkeypatch.setattr(ev.time, "sleep", lambda s: None)  # the backoff's waits
+    with chat_endpoint([429, 500, "correct"]) as ep:  # VAB retries rate limits and server errors
+        assert OpenAIJudge(ep.url, "m")(intent="q", reference="r", answer="a", kind="fuzzy") is True
+        assert len(ep.bodies) == 3
+    with chat_endpoint([401]) as ep:
+        with pytest.raises(JudgeError, match="after 1 tries: HTTP 401"):
+            OpenAIJudge(ep.url, "m")(intent="q", reference="r", answer="a", kind="fuzzy")
+    with chat_endpoint([503]) as ep:
+        with pytest.raises(JudgeError, match="after 4 tries"):  # 1 + VAB's 3 retries
+            OpenAIJudge(ep.url, "m")(intent="q", reference="r", answer="a", kind="fuzzy")
+    with chat_endpoint(["I cannot tell."]) as ep:  # VAB's assert: no verdict, no score
+        with pytest.raises(JudgeError, match="no verdict"):
+            OpenAIJudge(ep.url, "m")(intent="q", reference="r", answer="a", kind="fuzzy")
+
+
+def test_the_judges_prompt_and_settings_can_be_replaced():
+    with chat_endpoint(["Correct."]) as ep:
+        judge = make_judge({"kind": "openai", "base_url": ep.url, "model": "m", "system": "Be brief",
+                            "max_tokens": 16, "prompts": {"fuzzy": "Q: {intent} R: {reference} A: {answer}"}})
+        assert judge(intent="q", reference="r", answer="a", kind="fuzzy") is True
+        no_system = make_judge({"kind": "openai", "base_url": ep.url, "model": "m", "system": ""})
+        assert no_system(intent="q", reference="r", answer="a", kind="fuzzy") is True
+    assert ep.bodies[0]["max_tokens"] == 16 and ep.bodies[0]["messages"] == [
+        {"role": "system", "content": "Be brief"}, {"role": "user", "content": "Q: q R: r A: a"}]
+    assert [m["role"] for m in ep.bodies[1]["messages"]] == ["user"]
     with pytest.raises(ValueError, match="unknown kinds"):
         OpenAIJudge("http://h/v1", "m", prompts={"fuzz": "x"})
+    with pytest.raises(ValueError, match="judge prompt 'fuzzy'"):
+        OpenAIJudge("http://h/v1", "m", prompts={"fuzzy": "grade {student}"})
 
 
 def test_make_judge_from_config():
@@ -359,6 +429,42 @@ def test_vab_must_include_matches_every_one_word_reference_as_a_whole_word():
     probe = FakeProbe({(None, "document.x"): "Maintainers"})
     wa, vab = both(html_task(("last", "document.x", {"must_include": ["Maintainer"]})))
     assert program_html(wa, probe, "u", {})[0] == 1.0 and program_html(vab, probe, "u", {})[0] == 0.0
+
+
+# WebArena-Lite task 81 (WebArena's 349) as VisualAgentBench's VAB-WebArena-Lite/new/test_webarena_lite.raw.json
+# has it (l.2588-2617 at 9055fc2): VAB turned WebArena's {"exact_match": "yjlou"} into a must_include string.
+TASK_81 = {
+    "sites": ["gitlab"], "task_id": 81, "require_login": True, "storage_state": "./.auth/gitlab_state.json",
+    "start_url": "__GITLAB__", "geolocation": None,
+    "intent_template": "Who else have access to my repo {{repo}}, show me their usernames",
+    "instantiation_dict": {"repo": "gimmiethat.space"},
+    "intent": "Who else have access to my repo gimmiethat.space, show me their usernames", "require_reset": False,
+    "eval": {"eval_types": ["string_match"], "reference_answers": {"must_include": "yjlou"}, "reference_url": "",
+             "program_html": [], "string_note": "", "reference_answer_raw_annotation": "yjlou"},
+    "intent_template_id": 298, "old_task_id": 349,
+}
+
+
+def test_task_81s_must_include_string_is_an_unscored_task_error_as_in_the_harness():
+    """VAB asserts a list (evaluators.py:242); run.py records the AssertionError as an unhandled
+    error and leaves the task unscored, counted as not passed: so do we, whatever the answer."""
+    WebTask(TASK_81)  # the task file is valid: only its evaluation fails
+    vab = {**TASK_81, SEMANTICS_FIELD: "vab"}
+    for answer in ("yjlou", "The other member is yjlou", ""):
+        res = evaluate(vab, answer, "http://127.0.0.1:8023/", None)
+        assert res.score == 0.0 and res.error.startswith("EvaluationError: task 81: reference_answers.must_include")
+        assert "evaluators.py:242" in res.error and not is_judge_failure(res.error)
+    assert evaluate({**TASK_81, SEMANTICS_FIELD: "webarena"}, "yjlou", "u", None).score == 1.0  # one reference there
+    # VAB's other asserted lists fail alike; its "N/A" fuzzy_match is a string by design
+    for refs, line in (({"must_exclude": "x"}, 247), ({"one_of": "x"}, 253), ({"fuzzy_match": "x"}, 276)):
+        res = evaluate({**answers(**refs), SEMANTICS_FIELD: "vab"}, "y", "u", None, judge=CallableJudge(lambda **kw: 1))
+        assert res.error and f"evaluators.py:{line}" in res.error, refs
+    assert evaluate({**answers(fuzzy_match="N/A"), SEMANTICS_FIELD: "vab"}, "N/A", "u", None).score == 1.0
+    probe = FakeProbe({(None, "document.x"): "yjlou"})
+    res = evaluate({**html_task(("last", "document.x", {"must_include": "yjlou"})), SEMANTICS_FIELD: "vab"}, "", "u", probe)
+    assert res.error and "program_html required_contents.must_include" in res.error and "evaluators.py:429" in res.error
+    ok = {**html_task(("last", "document.x", {"exact_match": "yjlou"})), SEMANTICS_FIELD: "vab"}
+    assert evaluate(ok, "", "u", probe).score == 1.0  # exact_match is a string in VAB
 
 
 def test_vab_fuzzy_match_sends_the_references_joined_in_one_question():

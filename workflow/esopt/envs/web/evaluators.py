@@ -18,7 +18,9 @@ whitespace and one pair of quotes removed, lower-cased; vab: no whitespace remov
                 is matched against the answer's tokens, so "0" is not found inside "10".
                 vab: every reference that is one word (`word_tokens`, nltk's word_tokenize)
                 must be one of the answer's words, or a part of one split at "/"; longer
-                references are substrings
+                references are substrings. vab: must_include, must_exclude, one_of and a
+                fuzzy_match other than "N/A" must be lists, or the task cannot be scored
+                (EvaluationError), as VAB's asserts make it (Lite task 81; VAB_LISTS)
   must_exclude  no listed phrase is in the answer (word-wise for one-word phrases)
   one_of        at least one listed phrase is a substring of the answer
   fuzzy_match   a judge (an LLM, or any callable) says the answer means each reference (an
@@ -49,9 +51,12 @@ program_html: for each target, the text a locator selects on a page must contain
   URL (the probe's `page(url)`). vab: a helper's None fails the evaluator. No task text is
   ever run as Python.
 
-A judge that fails (no answer, an unreadable verdict, an exception) or is missing where a
+The judge (`make_judge`): a callable, or OpenAIJudge, which asks VisualAgentBench's questions with
+VAB's settings (JUDGE_PROMPT, JUDGE_SYSTEM, JUDGE_SETTINGS) and reads the verdict as VAB does.
+A judge that fails (no answer, a reply without a verdict, an exception) or is missing where a
 check needs one raises JudgeError; the environment records it with the episode
-(info["error"]) instead of scoring a 0.
+(info["error"] starting "JudgeError:", `is_judge_failure`) instead of scoring a 0, and an
+evaluation round stops on it (esopt.eval.tool_episodes).
 """
 
 from __future__ import annotations
@@ -221,19 +226,41 @@ class Judge(Protocol):
         "unachievable", gives the reason `reference` for the task not being doable."""
 
 
+# The judge's questions, VisualAgentBench's own (data, reproduced): VAB-WebArena-Lite/new/
+# helper_functions_eval.py, llm_fuzzy_match l.586-591 and llm_ua_match l.620-629, each asked after
+# the system message JUDGE_SYSTEM (l.593, l.631) with temperature 0, top_p 1.0 and max_tokens 768
+# (l.600-606, l.635-641); the model is the config's (VAB: gpt-4-1106-preview, l.601; the authors'
+# webarena-train-time/vab_extensions/evaluation_judge.patch l.6, l.10: gpt-4.1-mini).
 JUDGE_PROMPT = {
-    "fuzzy": ("You grade a student's answer to a question against the reference answer. Different wording is "
-              "fine; what counts is whether the student's answer means the same as the reference.\n"
-              "Question: {intent}\nReference answer: {reference}\nStudent answer: {answer}\n"
-              "Reply with one word: correct, incorrect, or partially correct."),
-    "unachievable": ("A task cannot be done, for this reason: {reference}\nTask: {intent}\n"
-                     "Does the following reply say the task cannot be done, for that reason? Reply: {answer}\n"
-                     "Reply with one word: same (the same reason) or different."),
+    "fuzzy": ("Help a teacher to grade the answer of a student given a question. Keep in mind that the student "
+              "may use different phrasing or wording to answer the question. The goal is to evaluate whether the "
+              "answer is semantically equivalent to the reference answer.\n"
+              "question: {intent}\n"
+              "reference answer: {reference}\n"
+              "all the string 'N/A' that you see is a special sequence that means 'not achievable'\n"
+              "student answer: {answer}\n"
+              "Conclude the judgement by 'correct', 'incorrect', or 'partially correct'. Only output one of these "
+              "options, and nothing else."),
+    "unachievable": ("task: {intent}\n"
+                     "actual unachievable reason: {reference}\n"
+                     "reported unachievable reason: {answer}\n"
+                     "The task described above is inherently unachievable due to the reason specified under 'actual "
+                     "unachievable reason'. An individual previously attempted this task and was unable to complete "
+                     "it. They provided a reason for their failure, which is listed under 'reported unachievable "
+                     "reason'. Your role is to review both the actual and reported reasons. Determine if the reported "
+                     "reason aligns with the actual reason, even if implicitly. If the stated reason is in line with "
+                     "the actual reason, respond with 'same'. Otherwise, respond with 'different'."),
 }
+JUDGE_SYSTEM = "You are a helpful assistant"
+JUDGE_SETTINGS = {"temperature": 0, "top_p": 1.0, "max_tokens": 768}
+JUDGE_RETRIES = 3  # VAB's retry_with_exponential_backoff (new/openai_utils.py l.21-32): 3 retries
 
 
 def read_verdict(text: str, kind: str) -> bool:
-    """The judge's one-word verdict; JudgeError when the reply holds none."""
+    """The judge's verdict as VAB reads it (helper_functions_eval.py l.608-612, l.643-647): lower
+    case; "fuzzy": "partially correct" or "incorrect" anywhere fails, else "correct" passes;
+    "unachievable": "different" fails, else "same" passes. A reply with neither is VAB's failed
+    assert (the task unscored): JudgeError."""
     t = text.strip().lower()
     if kind == "unachievable":
         if "different" in t:
@@ -272,47 +299,69 @@ class CallableJudge:
 
 
 class OpenAIJudge:
-    """A judge behind an OpenAI-compatible chat endpoint (`base_url`/chat/completions), as
-    WebArena's fuzzy match uses; greedy, one short reply per check. `prompts` (kind -> a
-    template with {intent}, {reference} and {answer}), `system` (a system message first) and
-    `max_tokens` replace the defaults, e.g. to ask exactly what another harness's judge asks."""
+    """A judge behind an OpenAI-compatible chat endpoint (`base_url`/chat/completions) asking
+    what VisualAgentBench's judge asks, as it asks it: JUDGE_PROMPT after the system message
+    JUDGE_SYSTEM, temperature 0, top_p 1.0, max_tokens 768, the verdict read by read_verdict.
+    `prompts` (kind -> a template with {intent}, {reference} and {answer}), `system` ("" for
+    none) and `max_tokens` replace those. HTTP 429, 400 and 5xx replies and lost connections
+    are retried `retries` times with exponential backoff (VAB: 3); what still fails, and a reply
+    without a verdict, raise JudgeError."""
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 timeout: float = 60.0, retries: int = 2, prompts: Mapping[str, str] | None = None,
-                 system: str | None = None, max_tokens: int = 16):
-        if not re.match(r"^https?://", base_url):
+                 timeout: float = 60.0, retries: int = JUDGE_RETRIES, prompts: Mapping[str, str] | None = None,
+                 system: str | None = None, max_tokens: int = JUDGE_SETTINGS["max_tokens"]):
+        if not re.match(r"^https?://", str(base_url)):
             raise ValueError(f"judge base_url must start with http:// or https://, got {base_url!r}")
+        if not model:
+            raise ValueError("judge model: expected the served model's name (the authors': gpt-4.1-mini)")
         unknown = sorted(set(prompts or {}) - set(JUDGE_PROMPT))
         if unknown:
             raise ValueError(f"judge prompts for unknown kinds {unknown}: expected {sorted(JUDGE_PROMPT)}")
+        for kind, template in (prompts or {}).items():
+            try:
+                str(template).format(intent="", reference="", answer="")
+            except (KeyError, IndexError, ValueError) as e:
+                raise ValueError(f"judge prompt {kind!r}: a template with only {{intent}}, {{reference}} and "
+                                 f"{{answer}} in braces expected ({type(e).__name__}: {e})") from e
+        if int(retries) < 0 or int(max_tokens) < 1:
+            raise ValueError(f"judge retries must be >= 0 and max_tokens >= 1, got {retries!r} and {max_tokens!r}")
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model, self.timeout, self.retries = model, float(timeout), int(retries)
         self.api_key = api_key if api_key is not None else os.environ.get(api_key_env, "")
-        self.prompts = {**JUDGE_PROMPT, **(prompts or {})}
-        self.system, self.max_tokens = system, int(max_tokens)
+        self.prompts = {**JUDGE_PROMPT, **{k: str(v) for k, v in (prompts or {}).items()}}
+        self.system = JUDGE_SYSTEM if system is None else str(system)
+        self.max_tokens = int(max_tokens)
 
-    def __call__(self, *, intent: str, reference: str, answer: str, kind: str) -> bool:
+    def request(self, *, intent: str, reference: str, answer: str, kind: str) -> dict[str, Any]:
+        """The chat-completions body this judge posts for one check."""
         text = self.prompts[kind].format(intent=intent, reference=reference, answer=answer)
         messages = [{"role": "system", "content": self.system}] if self.system else []
-        body = json.dumps({"model": self.model, "temperature": 0, "max_tokens": self.max_tokens,
-                           "messages": [*messages, {"role": "user", "content": text}]})
+        return {"model": self.model, **JUDGE_SETTINGS, "max_tokens": self.max_tokens,
+                "messages": [*messages, {"role": "user", "content": text}]}
+
+    def __call__(self, *, intent: str, reference: str, answer: str, kind: str) -> bool:
+        body = json.dumps(self.request(intent=intent, reference=reference, answer=answer, kind=kind)).encode()
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        last = None
+        why = ""
         for attempt in range(self.retries + 1):
             try:
-                req = urllib.request.Request(self.url, data=body.encode(), headers=headers, method="POST")
+                req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
                 with urllib.request.urlopen(req, timeout=self.timeout) as r:
                     reply = json.loads(r.read())["choices"][0]["message"]["content"]
-                return read_verdict(reply or "", kind)
-            except JudgeError:
-                raise
+            except urllib.error.HTTPError as e:
+                detail = e.read()[:300].decode(errors="replace")
+                why = f"HTTP {e.code} {detail}".strip()
+                if not (e.code in (400, 429) or e.code >= 500):
+                    break  # a wrong key, model or URL: asking again changes nothing
             except (urllib.error.URLError, OSError, KeyError, IndexError, TypeError, ValueError) as e:
-                last = e
-                if attempt < self.retries:
-                    time.sleep(min(2 ** attempt, 8))
-        raise JudgeError(f"the judge at {self.url} failed after {self.retries + 1} tries: {type(last).__name__}: {last}")
+                why = f"{type(e).__name__}: {e}"
+            else:
+                return read_verdict(reply if isinstance(reply, str) else "", kind)
+            if attempt < self.retries:
+                time.sleep(min(2 ** (attempt + 1), 16))
+        raise JudgeError(f"the judge {self.model!r} at {self.url} failed after {attempt + 1} tries: {why}")
 
 
 def make_judge(spec: Any) -> Judge | None:
@@ -331,9 +380,9 @@ def make_judge(spec: Any) -> Judge | None:
         if missing:
             raise ValueError(f"judge kind 'openai' needs {missing}")
         return OpenAIJudge(spec["base_url"], spec["model"], api_key_env=spec.get("api_key_env", "OPENAI_API_KEY"),
-                           timeout=spec.get("timeout", 60.0), retries=spec.get("retries", 2),
+                           timeout=spec.get("timeout", 60.0), retries=spec.get("retries", JUDGE_RETRIES),
                            prompts=spec.get("prompts"), system=spec.get("system"),
-                           max_tokens=spec.get("max_tokens", 16))
+                           max_tokens=spec.get("max_tokens", JUDGE_SETTINGS["max_tokens"]))
     if kind == "callable":
         target = str(spec.get("target", ""))
         mod, _, name = target.partition(":")
@@ -343,12 +392,30 @@ def make_judge(spec: Any) -> Judge | None:
     raise ValueError(f"judge kind {kind!r}: expected 'openai' or 'callable'")
 
 
+# Where VAB's evaluator asserts a list (VAB-WebArena-Lite/new/evaluators.py, line): any other value
+# raises AssertionError there, which run.py (l.555-563) catches as an "[Unhandled Error]": the task is
+# left unscored (its actions/N.json keeps score -0.1, l.298 and l.444), which score.py (l.73-75, l.12)
+# counts as not passed. WebArena-Lite task 81 (`"must_include": "yjlou"`) is one.
+VAB_LISTS = {"must_include": 242, "must_exclude": 247, "one_of": 253, "fuzzy_match": 276}
+VAB_HTML_LISTS = {"must_include": 429, "must_exclude": 442, "fuzzy_match": 474}
+
+
+def _vab_list(config: Mapping[str, Any], where: str, value: Any, line: int) -> None:
+    if not isinstance(value, list):
+        raise EvaluationError(
+            f"task {config.get('task_id')}: {where} is {type(value).__name__} {value!r}, where VisualAgentBench's "
+            f"evaluator asserts a list (VAB-WebArena-Lite/new/evaluators.py:{line}); its harness records the task "
+            "as an unhandled error, unscored, and counts it as not passed")
+
+
 def string_match(config: Mapping[str, Any], answer: str, judge: Judge | None) -> tuple[float, dict[str, float]]:
     sem = semantics_of(config)
     pred = clean_answer(answer, sem)
     refs = config["eval"]["reference_answers"]
     score, details = 1.0, {}
     for approach, value in refs.items():
+        if sem == "vab" and approach in VAB_LISTS and not (approach == "fuzzy_match" and value == "N/A"):
+            _vab_list(config, f"reference_answers.{approach}", value, VAB_LISTS[approach])
         if approach == "exact_match":
             s = exact_match(str(value), pred, sem)
         elif approach == "must_include":
@@ -549,6 +616,9 @@ def program_html(config: Mapping[str, Any], probe: PageProbe, final_url: str,
         if sem != "vab":  # VAB matches the text as the page gave it
             selected = html.unescape(selected)
         req = target["required_contents"]
+        branch = next((k for k in ("exact_match", *VAB_HTML_LISTS) if k in req), None)  # VAB's order too
+        if sem == "vab" and branch in VAB_HTML_LISTS:
+            _vab_list(config, f"program_html required_contents.{branch}", req[branch], VAB_HTML_LISTS[branch])
         if "exact_match" in req:
             s = exact_match(str(req["exact_match"]), selected, sem)
         elif "must_include" in req:
@@ -568,6 +638,16 @@ def program_html(config: Mapping[str, Any], probe: PageProbe, final_url: str,
         per_target.append(s)
         score *= s
     return score, per_target
+
+
+JUDGE_FAILURE = "JudgeError"  # how EvalResult.error (and an episode's info["error"]) starts after a judge failure
+
+
+def is_judge_failure(error: str | None) -> bool:
+    """Whether an evaluation error (EvalResult.error, info["error"]) is the judge's: no answer,
+    no verdict, or no judge where a check needs one. An evaluation round stops on one
+    (esopt.eval.tool_episodes), as the authors' harness aborts such a repeat."""
+    return bool(error) and str(error).startswith(JUDGE_FAILURE + ":")
 
 
 @dataclass
