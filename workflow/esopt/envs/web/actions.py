@@ -1,6 +1,14 @@
-"""Agent actions: parsed tolerantly from model text in WebArena's or the WebRL authors' syntax.
+"""Agent actions read from model text, in one of two modes (`parse_action(text, syntax=...)`).
 
-WebArena style (one action; text inside the last ``` fence wins when there is one):
+`syntax="tolerant"` (the default; the local sites' models): the first action found, in
+WebArena's or the WebRL authors' syntax, verbs read out of prose included.
+`syntax="vab"` (the real suite, config `web.action_syntax: vab`): VisualAgentBench's rule
+(VAB-WebArena-Lite/new/actions.py:1904-2060): the last exit( / do( call of the reply, which
+must end the reply; only the do() actions VAB executes (Click, Type, Search, Hover,
+Press Enter, Scroll Up/Down, Select Dropdown Option, Go Backward/Forward), string arguments,
+numeric element ids; nothing is read from prose.
+
+Tolerant, WebArena style (one action; text inside the last ``` fence wins when there is one):
 
     click [12]                 type [7] [blue kettle]      type [7] [blue kettle] [0]  (no Enter after)
     hover [12]                 press [Enter]               press [Control+a]
@@ -8,7 +16,7 @@ WebArena style (one action; text inside the last ``` fence wins when there is on
     goto [http://...]          go_back                     go_forward
     stop [answer]              stop []                     (the answer is the text inside the brackets)
 
-WebRL (the authors') style:
+Tolerant, WebRL (the authors') style:
 
     do(action="Click", element="12")             do(action="Type", argument="blue kettle", element="7")
     do(action="Search", argument="kettle", element="7")   (type, then Enter)
@@ -39,7 +47,8 @@ _VERBS = ("click", "type", "hover", "press", "scroll", "select", "goto", "go_bac
 _VERB_RE = re.compile(r"(?<![\w\[])(" + "|".join(_VERBS) + r")\b", re.IGNORECASE)
 _FENCE_RE = re.compile(r"```(?:[a-z]*\n)?(.*?)```", re.DOTALL)
 _CALL_RE = re.compile(r"\b(do|exit)\s*\(", re.IGNORECASE)
-_KWARG_RE = re.compile(r"(\w+)\s*=\s*(\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*')", re.DOTALL)
+# (?<!\w): a keyword starts a word; without it a long run of word characters costs quadratic time
+_KWARG_RE = re.compile(r"(?<!\w)(\w+)\s*=\s*(\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*')", re.DOTALL)
 _ID_RE = re.compile(r"^\s*(?:id\s*=\s*)?e?(\d+|f\d+e\d+)\s*$", re.IGNORECASE)
 _KEY_ALIASES = {"ctrl": "Control", "control": "Control", "cmd": "Meta", "meta": "Meta", "command": "Meta",
                 "alt": "Alt", "option": "Alt", "shift": "Shift", "enter": "Enter", "return": "Enter", "esc": "Escape",
@@ -253,6 +262,83 @@ def parse_action(text: str, syntax: str = "tolerant") -> Action | ActionError:
         return ActionError(f"Could not read your action ({type(e).__name__}). {USAGE}")
 
 
+
+# VisualAgentBench (VAB-WebArena-Lite/new/actions.py:1904-2060, create_webrl_id_based_action): the text
+# from the last "exit(" (else the last "do(", else the last "go_backward(") to the end must be one Python
+# call; its keywords are literals; only these do() actions exist (lower-cased, exact).
+_VAB_KEYS = ("exit(", "do(", "go_backward(")
+_VAB_DO = {"press enter": "press", "scroll up": "scroll", "scroll down": "scroll", "click": "click", "type": "type",
+           "hover": "hover", "select dropdown option": "select", "go forward": "go_forward",
+           "go backward": "go_back", "search": "type"}
+VAB_USAGE = ('Write one call as the last line, e.g. do(action="Click", element="12"), '
+             'do(action="Type", argument="blue kettle", element="7"), do(action="Scroll Down") or exit(message="answer"); '
+             'actions: Click, Type, Search, Hover, Press Enter, Scroll Up, Scroll Down, Select Dropdown Option, '
+             'Go Backward, Go Forward')
+
+
+def _vab_call(text: str) -> str:
+    """The expression the harness parses: from the last exit( / do( / go_backward( (in that order of
+    preference) to the end; with none of them, the text from its first line not starting with '#'."""
+    for key in _VAB_KEYS:
+        if key in text:
+            return (key + text.split(key)[-1]).strip()
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if not line.strip().startswith("#"):
+            return "\n".join(lines[i:]).strip()
+    return ""
+
+
 def _parse_vab(text: str) -> Action | ActionError:
-    """VisualAgentBench's reading of a reply (filled in below)."""
-    return ActionError("vab syntax: not implemented yet")
+    """The action VisualAgentBench's harness reads from a reply, or an ActionError where it reads none.
+
+    Where the harness fails (ActionParsingError, and the KeyError/TypeError it lets escape for a missing
+    or non-string argument), this returns an ActionError saying what to write; it never raises.
+    """
+    try:
+        expr = _vab_call(text.strip() if isinstance(text, str) else str(text).strip())
+        short = expr if len(expr) <= 80 else expr[:77] + "..."
+        try:
+            node = ast.parse(expr, mode="eval").body
+        except Exception:
+            what = "No do(...) or exit(...) call found" if not expr or not re.search(r"\w\s*\(", expr) else \
+                f"Could not read {short!r} as one call (nothing may follow its closing parenthesis)"
+            return ActionError(f"{what}. {VAB_USAGE}")
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            return ActionError(f"{short!r} is not a do(...) or exit(...) call. {VAB_USAGE}")
+        name, kw = node.func.id, {}
+        for k in node.keywords:
+            try:
+                kw[k.arg] = ast.literal_eval(k.value)
+            except Exception:
+                return ActionError(f"{name}(...): the value of {k.arg or '**'} must be a quoted string, "
+                                   f'e.g. element="12". {VAB_USAGE}')
+        if name == "exit":
+            message = kw.get("message")
+            if not isinstance(message, str):
+                return ActionError('exit needs message="..." (the answer, or "" when there is none)')
+            return Action("stop", text=message)
+        if name != "do":
+            return ActionError(f"{name}(...) is not an action here. {VAB_USAGE}")
+        raw = kw.get("action")
+        kind = _VAB_DO.get(raw.lower()) if isinstance(raw, str) else None
+        if kind is None:
+            return ActionError(f"do(action={raw!r}): not an action here. {VAB_USAGE}")
+        if kind in ("press", "scroll", "go_back", "go_forward"):
+            text_ = {"press enter": "Enter", "scroll up": "up", "scroll down": "down"}.get(raw.lower(), "")
+            return Action(kind, text=text_)
+        element = kw.get("element")
+        el = element if isinstance(element, str) and re.fullmatch(r"[0-9]+", element) else None
+        if el is None:  # the harness looks the id up as data-label-id, verbatim
+            return ActionError(f'do(action="{raw}") needs element="ID", the id of an element of the page '
+                               f'as a quoted number, e.g. element="12"')
+        if kind in ("click", "hover"):
+            return Action(kind, element=el)
+        argument = kw.get("argument")
+        if not isinstance(argument, str):
+            return ActionError(f'do(action="{raw}") needs argument="..." (a quoted string) and element="ID"')
+        if kind == "select":
+            return Action("select", element=el, text=argument)
+        return Action("type", element=el, text=argument, enter=raw.lower() == "search")
+    except Exception as e:  # a parser bug must not end the episode
+        return ActionError(f"Could not read your action ({type(e).__name__}). {VAB_USAGE}")
