@@ -13,6 +13,10 @@ A task is WebArena's config dict, kept as it is:
 replaced by the episode's site URLs when it starts (`resolve`). Generated tasks add
 "expert" (the scripted expert's plan, esopt.envs.web.expert) and "split".
 
+A `start_url` may join several URLs with " |AND| " (`start_urls`): the episode opens one tab
+each. `storage_state` names WebArena's cookie file, "./.auth/<site>[.<site>]_state.json", whose
+name says which sites it signs in to (`storage_state_sites`).
+
 `load_tasks` reads WebArena task files: one task per file (WebArena's config_files/N.json),
 a list of tasks in one file (test.raw.json), a folder of .json files, or dicts; with
 `site_urls` ({"shopping": "http://host:7770", ...}) the placeholders are filled in at load.
@@ -36,6 +40,22 @@ _PLACEHOLDER_RE = re.compile(r"__([A-Z][A-Z0-9_]*?)__")
 
 class TaskFormatError(ValueError):
     """A task dict that is not in WebArena's format; the message names the task and the field."""
+
+
+START_URL_SEPARATOR = " |AND| "  # WebArena: several start URLs, one tab each (VAB new/envs.py:195)
+
+
+def start_urls(start_url: str) -> list[str]:
+    """The URLs of a task's `start_url`, in order: one tab each (WebArena splits on " |AND| ")."""
+    return [u.strip() for u in str(start_url).split(START_URL_SEPARATOR) if u.strip()]
+
+
+def storage_state_sites(storage_state: str) -> list[str]:
+    """The sites a WebArena storage_state file signs in to, read from its name as WebArena's
+    auto_login.get_site_comb_from_filepath does: "./.auth/gitlab.reddit_state.json" ->
+    ["gitlab", "reddit"], "./.auth/shopping_admin_state.json" -> ["shopping_admin"]."""
+    name = os.path.basename(str(storage_state))
+    return [s for s in name.rsplit("_", 1)[0].split(".") if s]
 
 
 def placeholder(site: str) -> str:
@@ -115,6 +135,12 @@ class WebTask:
     @property
     def require_login(self) -> bool:
         return bool(self.config.get("require_login", False))
+
+    @property
+    def storage_state(self) -> str | None:
+        """WebArena's storage_state file name (None: the task names none)."""
+        state = self.config.get("storage_state")
+        return state if isinstance(state, str) and state else None
 
     @property
     def template_id(self) -> int | None:
