@@ -412,10 +412,13 @@ def agent_benchmarks(c: dict[str, Any], sec: str) -> list[str]:
     return ["web"] if sec == "web" else list(section(c, sec).get("benchmarks") or {})
 
 
-# What every web episode depends on (browsers, hang_s: how many and how long, not what)
+# What every web episode depends on. Left out: browsers, hang_s and the timeouts (action_timeout_s,
+# navigation_timeout_s, start_timeout_s): how many browsers and how long a slow call may take, not
+# what a page that answers in time shows, so a run whose pages answer gets the same results.
 WEB_EPISODE_KEYS = ("sites", "site_seed", "reset", "reset_every", "observation", "max_obs_chars", "restate_objective",
-                    "prompt_style", "max_turns", "max_new_tokens", "history_turns", "sampling", "crash_retries", "judge",
-                    "episodes_in_flight")
+                    "prompt_style", "action_syntax", "max_turns", "max_new_tokens", "history_turns", "sampling",
+                    "crash_retries", "judge", "episodes_in_flight", "settle_s", "early_stop_parse_failures",
+                    "early_stop_repeats", "stop_answers", "login")
 
 # A tool benchmark's own token budgets (tool_agents.benchmarks.B), over the shared ones
 TOOL_TOKEN_CAPS = ("max_new_tokens", "max_episode_tokens")

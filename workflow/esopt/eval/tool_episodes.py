@@ -152,11 +152,16 @@ def episode_envs(cfg: dict[str, Any], benchmark: str, tools: Sequence[Tool]) -> 
         if w.get("reset"):  # then wait for every site to answer again (GitLab takes minutes)
             webarena.reset_sites(w["reset"], urls=w["sites"])
         sites = webarena.make_fixed_sites(w["sites"])  # each site must answer, or one error names them
-    with WebRuntime(sites, seed=w.get("site_seed", 0), browsers=w.get("browsers", 1), hang_s=w.get("hang_s", 30)) as rt:
+    with WebRuntime(sites, seed=w.get("site_seed", 0), browsers=w.get("browsers", 1), hang_s=w.get("hang_s", 30),
+                    action_timeout_s=w.get("action_timeout_s", 5), navigation_timeout_s=w.get("navigation_timeout_s", 15),
+                    start_timeout_s=w.get("start_timeout_s")) as rt:
         yield lambda: WebEnv(rt, max_turns=w["max_turns"], observation=w.get("observation", "axtree"),
                              max_obs_chars=w.get("max_obs_chars", 4000), judge=w.get("judge"),
                              crash_retries=w.get("crash_retries", 1), prompt_style=w.get("prompt_style", "full"),
-                             restate_objective=w.get("restate_objective", False))
+                             restate_objective=w.get("restate_objective", False), settle_s=w.get("settle_s", 0),
+                             early_stop_parse_failures=w.get("early_stop_parse_failures"),
+                             early_stop_repeats=w.get("early_stop_repeats"), stop_answers=w.get("stop_answers", "empty"),
+                             login=w.get("login", "sites"), action_syntax=w.get("action_syntax", "tolerant"))
 
 
 def generation_reset(cfg: dict[str, Any], benchmark: str) -> Callable[[], Any] | None:
