@@ -53,7 +53,15 @@ from typing import Any
 from esopt.envs.web.actions import Action, ActionError, parse_action
 from esopt.envs.web.browser import BrowserCrash, BrowserPool
 from esopt.envs.web.evaluators import SEMANTICS_FIELD, EvalResult, Judge, evaluate, make_judge
-from esopt.envs.web.observe import HTML_JS, MODES, aria_selector, format_aria, html_locator_selector
+from esopt.envs.web.observe import (
+    HTML_JS,
+    MODES,
+    WEBRL_JS,
+    aria_selector,
+    format_aria,
+    html_locator_selector,
+    webrl_selector,
+)
 from esopt.envs.web.prompts import format_observation, instructions
 from esopt.envs.web.sites.server import Episode, FixedSites, LocalSites
 from esopt.envs.web.tasks import WebTask, start_urls, storage_state_sites, unresolved
@@ -480,6 +488,8 @@ class WebEnv:
             return None
         if self.observation == "axtree":
             return self._page.locator(aria_selector(self._ids[element]))
+        if self.observation == "webrl":
+            return self._page.locator(webrl_selector(element))
         return self._page.locator(html_locator_selector(element))
 
     def _goto_allowed(self, url: str) -> str | None:
@@ -596,6 +606,9 @@ class WebEnv:
             try:
                 if self.observation == "axtree":
                     tree, self._ids = format_aria(page.locator("body").aria_snapshot(mode="ai"))
+                elif self.observation == "webrl":
+                    tree, ids = page.evaluate(WEBRL_JS)
+                    self._ids = {i: i for i in ids}
                 else:
                     tree = page.evaluate(HTML_JS)
                     self._ids = {i: i for i in re.findall(r' id="(\d+)"', tree)}
@@ -606,7 +619,8 @@ class WebEnv:
         self._last_url = page.url
         return format_observation(intent=self._task.intent, url=page.url, feedback=feedback,
                                   turns_left=self.max_turns - self._turns, title=title, page=tree,
-                                  max_chars=self.max_obs_chars, restate_objective=self.restate_objective)
+                                  max_chars=self.max_obs_chars, restate_objective=self.restate_objective,
+                                  style=self.prompt_style, previous_actions=self._replies)
 
     def _observe_safe(self, feedback: str) -> str:
         try:
