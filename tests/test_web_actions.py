@@ -1,7 +1,7 @@
 """parse_action's two syntaxes on a corpus of realistic replies (tests/data/web/vab_replies.jsonl).
 
 Each corpus line: `reply`, `expect` (the action VisualAgentBench's harness reads,
-VAB-WebArena-Lite/new/actions.py:1904-2060, as esopt's Action fields; null where the harness
+VAB-WebArena-Lite/new/actions.py:1904-2006, as esopt's Action fields; null where the harness
 reads none), `why`, and, where today's tolerant reading is pinned, `tolerant`. The
 expectations were checked against the harness's own function on these replies and on the
 authors' 1,980 recorded replies (docs/web.md, "1. Actions"). No browser is needed.

@@ -3,7 +3,7 @@
 `syntax="tolerant"` (the default; the local sites' models): the first action found, in
 WebArena's or the WebRL authors' syntax, verbs read out of prose included.
 `syntax="vab"` (the real suite, config `web.action_syntax: vab`): VisualAgentBench's rule
-(VAB-WebArena-Lite/new/actions.py:1904-2060): the last exit( / do( call of the reply, which
+(VAB-WebArena-Lite/new/actions.py:1904-2006): the last exit( / do( call of the reply, which
 must end the reply; only the do() actions VAB executes (Click, Type, Search, Hover,
 Press Enter, Scroll Up/Down, Select Dropdown Option, Go Backward/Forward), string arguments,
 numeric element ids; nothing is read from prose.
@@ -262,8 +262,7 @@ def parse_action(text: str, syntax: str = "tolerant") -> Action | ActionError:
         return ActionError(f"Could not read your action ({type(e).__name__}). {USAGE}")
 
 
-
-# VisualAgentBench (VAB-WebArena-Lite/new/actions.py:1904-2060, create_webrl_id_based_action): the text
+# VisualAgentBench (VAB-WebArena-Lite/new/actions.py:1904-2006, create_webrl_id_based_action): the text
 # from the last "exit(" (else the last "do(", else the last "go_backward(") to the end must be one Python
 # call; its keywords are literals; only these do() actions exist (lower-cased, exact).
 _VAB_KEYS = ("exit(", "do(", "go_backward(")
@@ -296,13 +295,15 @@ def _parse_vab(text: str) -> Action | ActionError:
     or non-string argument), this returns an ActionError saying what to write; it never raises.
     """
     try:
-        expr = _vab_call(text.strip() if isinstance(text, str) else str(text).strip())
+        expr = _vab_call(str(text).strip())
         short = expr if len(expr) <= 80 else expr[:77] + "..."
         try:
             node = ast.parse(expr, mode="eval").body
         except Exception:
             what = "No do(...) or exit(...) call found" if not expr or not re.search(r"\w\s*\(", expr) else \
                 f"Could not read {short!r} as one call (nothing may follow its closing parenthesis)"
+            if expr.startswith("exit(") and "do(" in expr:
+                what += "; an exit( anywhere in the reply is read before any do("
             return ActionError(f"{what}. {VAB_USAGE}")
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
             return ActionError(f"{short!r} is not a do(...) or exit(...) call. {VAB_USAGE}")
