@@ -26,7 +26,7 @@ import pytest
 from esopt.envs.web import webarena as wa
 from esopt.envs.web.evaluators import SEMANTICS_FIELD, CallableJudge, EvaluationError, call_helper, evaluate
 from esopt.envs.web.sites.server import Episode, FixedSites
-from esopt.envs.web.tasks import TaskFormatError, WebTask, placeholder, resolve_urls, unresolved, validate
+from esopt.envs.web.tasks import TaskFormatError, WebTask, load_tasks, placeholder, resolve_urls, unresolved, validate
 
 # --- task files in WebArena's format ----------------------------------------------------
 
@@ -545,6 +545,35 @@ def test_make_fixed_sites_wires_urls_logins_and_helpers(up):
     assert wa.make_fixed_sites({"shopping": up.url}).open_episode().urls == {"shopping": up.url}
 
 
+def test_a_run_requires_only_the_sites_its_tasks_use(up):
+    tasks = [WebTask(webarena_task(i, sites)) for i, sites in enumerate([["shopping"], ["gitlab", "reddit"]])]
+    tasks.append(WebTask({**webarena_task(7, ["shopping"]), "start_url": "__MAP__"}))  # a placeholder counts
+    assert wa.sites_used(tasks) == {"shopping": ["0", "7"], "gitlab": ["1"], "reddit": ["1"], "map": ["7"]}
+    dead = closed_port_url()
+    urls = {"shopping": up.url, "gitlab": up.url, "reddit": up.url, "map": up.url, "homepage": dead, "wikipedia": dead}
+    needed = wa.needed_site_urls(urls, tasks)
+    assert needed == {s: up.url for s in ("shopping", "gitlab", "reddit", "map")}  # no homepage, no wikipedia
+    sites = wa.make_fixed_sites(urls, require=needed, timeout_s=2)  # the dead homepage is not asked
+    assert sites.open_episode().urls == urls  # every configured URL still fills placeholders
+    with pytest.raises(wa.SitesUnreachableError, match="homepage"):
+        wa.make_fixed_sites(urls, timeout_s=2)  # without `require`: every configured site, as before
+    with pytest.raises(ValueError) as e:
+        wa.needed_site_urls({"shopping": up.url}, tasks)
+    text = str(e.value)
+    assert "gitlab (tasks 1; 1 in all)" in text and "map (tasks 7; 1 in all)" in text and "reddit" in text
+    assert "It has ['shopping']" in text and "shopping (" not in text
+
+
+def test_no_real_task_uses_the_homepage_site():
+    files = [f for f in (real_file("test_webarena_lite.raw.json") or wa._installed("lite"),
+                         real_file("test_webarena.raw.json", "test.raw.json") or wa._installed("train")) if f]
+    if not files:
+        pytest.skip("WebArena's task files are not here (set ESOPT_WEBARENA_FILES to their folder)")
+    for f in files:
+        used = wa.sites_used(load_tasks(f))
+        assert "homepage" not in used and {"shopping", "gitlab", "map"} <= set(used), f
+
+
 # --- the real task files, when they are here ----------------------------------------------
 
 
@@ -571,7 +600,8 @@ def test_the_released_split_on_the_real_files():
 
 def test_every_real_lite_task_can_be_scored():
     """Each of the 165 real Lite configs runs through the vab evaluator (fake pages, helpers and
-    judge) without an evaluation error: every evaluator kind, locator and helper they use is known."""
+    judge) without an evaluation error: every evaluator kind, locator and helper they use is known.
+    Except task 81, whose must_include is a string: an error in VAB's harness too (its assert)."""
     lite = real_file("test_webarena_lite.raw.json") or wa._installed("lite")
     if lite is None:
         pytest.skip("WebArena-Lite's task file is not here (set ESOPT_WEBARENA_FILES to its folder)")
@@ -582,6 +612,9 @@ def test_every_real_lite_task_can_be_scored():
     for t in tasks:
         assert t.config[SEMANTICS_FIELD] == "vab"
         result = evaluate(t.config, "", "http://127.0.0.1:7770/x", PagedProbe({}), helpers, judge)
+        if t.id == "81":
+            assert result.score == 0.0 and "must_include is str 'yjlou'" in result.error
+            continue
         assert result.error is None and result.score in (0.0, 1.0), (t.id, result)
     assert len(asked) >= 40  # the 36 + 4 fuzzy_match tasks asked the judge
 
@@ -813,3 +846,105 @@ def test_vab_semantics_read_pages_as_vab_does(web, monkeypatch):
     assert reward == 0.0 and info["error"] is None and info["eval"]["program_html"]["targets"] == [0.0, 0.0], info
     reward, info = episode(env, WebTask({**t, SEMANTICS_FIELD: "vab"}))
     assert reward == 1.0 and info["error"] is None and info["eval"]["program_html"]["targets"] == [1.0, 1.0], info
+
+
+# --- the evaluation loop on stand-in sites: a reset before every round, judge failures ----------
+
+
+class ExitEngine:
+    """An engine that answers every prompt with `exit(message="yjlou")`: each episode ends on its
+    first turn with that answer. `episodes` counts the prompts it answered."""
+
+    def __init__(self, tok):
+        self.tok, self.episodes = tok, 0
+
+    def generate(self, prompts, sampling, seed, *, keys=None, logprobs=False, counters=None):
+        from esopt.agent.engine import Completion
+
+        self.episodes += len(prompts)
+        text = 'exit(message="yjlou")'
+        return [Completion(self.tok(text, add_special_tokens=False)["input_ids"], text) for _ in prompts]
+
+
+@pytest.fixture(scope="module")
+def loop_tok():
+    from esopt.models.tokenizer import qwen35_chat_template, train_tokenizer
+
+    tok = train_tokenizer(['exit(message="yjlou") Who has access to the repo? <html><body>ok</body></html>'] * 20,
+                          vocab_size=300)
+    tok.chat_template = qwen35_chat_template()
+    return tok
+
+
+def fuzzy_task(i):
+    """A WebArena-Lite-like fuzzy_match task on the gitlab stand-in, scored with VAB's semantics."""
+    t = webarena_task(i, ["gitlab"], "string_match")
+    t.update(start_url="__GITLAB__", storage_state=None, require_login=False, **{SEMANTICS_FIELD: "vab"})
+    t["eval"] = {**t["eval"], "reference_answers": {"fuzzy_match": ["yjlou"]}}
+    return WebTask(t)
+
+
+def evaluate_on_stand_ins(tmp_path, tok, judge, samples, tasks):
+    """evaluation_rounds as `esopt evaluate-agent` runs them (episode_envs, site_reset), on a
+    gitlab stand-in, with a reset script that logs each run and takes 0.3 s; web.sites also
+    names a homepage no task uses, and nothing serves it. Returns (rounds or the error, the
+    resets, the engine, the reset script's log)."""
+    from conftest import require_web
+
+    require_web()
+    from esopt.agent.rollout import Sampling
+    from esopt.eval import tool_episodes as te
+
+    resets_log = tmp_path / "resets.log"
+    site = Server(Up)
+    cfg = {"web": {"sites": {"gitlab": site.url, "homepage": closed_port_url()}, "max_turns": 2, "judge": judge,
+                   "reset": f"echo reset >> {resets_log}; sleep 0.3", "browsers": 1}}
+    engine = ExitEngine(tok)
+    reset = te.site_reset(cfg, "web", tasks)
+    try:
+        with te.episode_envs(cfg, "web", [], tasks=tasks, reset=reset) as make_env:
+            spec = te.ToolEpisodeSpec(benchmark="web", max_turns=2, max_tool_calls=None, history_turns=0,
+                                      sampling=Sampling(do_sample=False, max_new_tokens=16), cfg=cfg,
+                                      make_env=make_env, in_flight=2)
+            try:
+                out = te.evaluation_rounds(engine, tok, spec, [], tasks, samples, seed=0, reset=reset)
+            except te.JudgeFailureError as e:
+                out = e
+    finally:
+        site.close()
+    return out, reset, engine, resets_log
+
+
+def test_the_sites_are_reset_before_every_evaluation_round_and_timed(tmp_path, loop_tok):
+    from esopt.eval import tool_episodes as te
+
+    assert te.site_reset({"web": {"sites": "local", "reset": "true"}}, "web") is None  # local sites: no reset
+    tasks = [fuzzy_task(i) for i in range(2)]
+    rounds, reset, engine, resets_log = evaluate_on_stand_ins(tmp_path, loop_tok, lambda **kw: True, 3, tasks)
+    assert [len(r) for r in rounds] == [2, 2, 2] and all(t.info["success"] for r in rounds for t in r)
+    assert resets_log.read_text().split() == ["reset"] * 3  # one run before each of the 3 rounds
+    assert [r["when"] for r in reset.records] == ["job start", "evaluation sample 2", "evaluation sample 3"]
+    assert all(0.3 <= r["command_seconds"] <= r["seconds"] < 10 for r in reset.records)
+    assert set(reset.urls) == {"gitlab"}  # the unserved homepage is neither checked nor waited for
+
+
+def test_a_judge_failure_stops_the_evaluation_round_instead_of_scoring_zero(tmp_path, loop_tok, caplog):
+    from esopt.eval import tool_episodes as te
+
+    asked = []
+
+    def judge(**kw):  # answers the first round's 3 questions, then its endpoint is down
+        asked.append(kw)
+        if len(asked) > 3:
+            raise ConnectionError("judge endpoint down")
+        return "correct"
+
+    tasks = [fuzzy_task(i) for i in range(3)]
+    err, reset, engine, _ = evaluate_on_stand_ins(tmp_path, loop_tok, judge, 3, tasks)
+    assert isinstance(err, te.JudgeFailureError)
+    assert [tid for tid, _ in err.failures] == ["0", "1"]  # the second round's first chunk (2 in flight)
+    assert all("JudgeError" in why and "judge endpoint down" in why for _, why in err.failures)
+    assert "evaluation sample 2 (2 of 3 episodes run)" in str(err) and "never scored 0" in str(err)
+    assert engine.episodes == 3 + 2  # the round stopped: its third task never ran, and no third round
+    assert [r["when"] for r in reset.records] == ["job start", "evaluation sample 2"]
+    assert "judge endpoint down" in caplog.text

@@ -2,7 +2,9 @@
 
 Every task is answered k times (tool_agents.evaluate.samples or web.evaluate.samples,
 sampled decoding with k seeds); Mean@k is the mean score over all k x tasks episodes
-(success for math and web, ANLS for DocVQA). --skill adds a Trace2Skill document to the
+(success for math and web, ANLS for DocVQA). On the real web sites, `web.reset` runs before
+every round (sample), as VisualAgentBench's README requires, its times in the summary's
+`resets`; a fuzzy-match judge failure stops the round and the job (never scored 0). --skill adds a Trace2Skill document to the
 system prompt. Web summaries also give the success rate by site (`by_site`). The episodes
 run on the benchmark's engine (engine.B: HF generate or vLLM, docs/engine.md); with vLLM
 the HF model is only read on the host, for its dtype.
@@ -33,15 +35,15 @@ def main_fn(args: argparse.Namespace) -> int:
         ToolEpisodeSpec,
         by_site,
         episode_envs,
+        evaluation_rounds,
         host_device,
         load_tasks,
         make_tools,
         rollout_policy,
-        run_tool_episodes,
+        site_reset,
         summarize_tool,
     )
     from esopt.models.load import load_model_and_tokenizer
-    from esopt.seeding import derive_seed
 
     out = Path(args.out)
     if out.suffix != ".json":
@@ -62,16 +64,14 @@ def main_fn(args: argparse.Namespace) -> int:
     prov = Provenance("evaluate-agent", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                       seeds={"evaluate": seed}, inputs=inputs)
     samples, every = [], []
-    with episode_envs(cfg, args.benchmark, tools) as make_env, \
+    reset = site_reset(cfg, args.benchmark, tasks)  # real sites: web.reset before every round, timed
+    with episode_envs(cfg, args.benchmark, tools, tasks=tasks, reset=reset) as make_env, \
             rollout_policy(cfg, args.benchmark, model, tok, args.model, seed) as (policy, engine_record):
         spec = ToolEpisodeSpec.from_config(cfg, args.benchmark, ev["decoding"], batch_size=ev["batch_size"],
                                            make_env=make_env)
-        for k in range(ev["samples"]):
-            trajs = run_tool_episodes(policy, tok, spec, tools, tasks, seed=derive_seed("mean-at-k", seed, k),
-                                      skill=skill)
+        for trajs in evaluation_rounds(policy, tok, spec, tools, tasks, ev["samples"], seed, skill, reset):
             samples.append(summarize_tool(trajs))
             every += trajs
-            log.info("sample %d/%d: score %.3f", k + 1, ev["samples"], samples[-1]["score"])
     scores = [s["score"] for s in samples]
     summary = {"benchmark": args.benchmark, "model": str(args.model), "skill": args.skill, "meta": parse_wildcards(args.meta),
                "k": ev["samples"], "mean_at_k": statistics.fmean(scores),
@@ -79,6 +79,8 @@ def main_fn(args: argparse.Namespace) -> int:
                "decoding": ev["decoding"], "seed": seed, **{f"all_{k}": v for k, v in summarize_tool(every).items()}}
     if args.benchmark == "web":
         summary["by_site"] = by_site(tasks, every)
+    if reset is not None:
+        summary["resets"] = reset.records
     traj_path = out.with_suffix(".trajectories.jsonl")
     write_trajectories(traj_path, every)
     write_json_atomic(out, summary)

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import random
 import statistics
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -30,6 +32,8 @@ from esopt.envs.benchmarks import check, instructions, task_class
 from esopt.io import write_text_atomic
 
 TASKS_FILE = "tasks.jsonl"
+
+log = logging.getLogger(__name__)
 
 
 def write_tasks(data_dir: str | os.PathLike, tasks: Sequence[Any]) -> Path:
@@ -131,13 +135,57 @@ def system_prompt(benchmark: str, tools: Sequence[Tool], skill: str = "", cfg: d
     return "\n\n".join(parts)
 
 
+class SiteReset:
+    """The real sites' reset: `web.reset`, the user's command (VisualAgentBench's
+    refresh_website_dockers.sh, or WebArena's reset steps), then a wait until every site the
+    tasks use answers again (GitLab takes minutes). Each call runs it once, logs its wall time
+    and keeps it in `records` ([{"when", "seconds", "command_seconds"}]), which the job writes
+    to its output record. A failing or hanging command raises webarena.SiteResetError."""
+
+    def __init__(self, command: str, urls: dict[str, str], timeout_s: float = 3600.0, wait_s: float = 900.0):
+        self.command, self.urls, self.timeout_s, self.wait_s = command, dict(urls), timeout_s, wait_s
+        self.records: list[dict[str, Any]] = []
+
+    def __call__(self, when: str) -> float:
+        from esopt.envs.web import webarena
+
+        t0 = time.monotonic()
+        command_s = webarena.reset_sites(self.command, self.timeout_s, urls=self.urls, wait_s=self.wait_s)
+        seconds = time.monotonic() - t0
+        self.records.append({"when": when, "seconds": round(seconds, 3), "command_seconds": round(command_s, 3)})
+        log.info("sites reset (%s) in %.1f s (the command %.1f s, then every site answered)", when, seconds, command_s)
+        return seconds
+
+
+def web_site_urls(cfg: dict[str, Any], tasks: Sequence[Any] | None = None) -> dict[str, str] | None:
+    """The real sites a web job needs: `web.sites` narrowed to the sites `tasks` use (all of
+    them without tasks); None on the local sites. A site a task uses that `web.sites` lacks
+    raises ValueError naming it and its tasks (esopt.envs.web.webarena.needed_site_urls)."""
+    sites = (cfg.get("web") or {}).get("sites", "local")
+    if sites == "local":
+        return None
+    from esopt.envs.web import webarena
+
+    return webarena.needed_site_urls(sites, tasks) if tasks is not None else webarena.site_urls(sites)
+
+
+def site_reset(cfg: dict[str, Any], benchmark: str, tasks: Sequence[Any] | None = None) -> SiteReset | None:
+    """The job's SiteReset (web.reset on real sites, waiting for the sites `tasks` use), else None."""
+    w = cfg.get("web") or {}
+    if benchmark != "web" or not w.get("reset") or w.get("sites", "local") == "local":
+        return None
+    return SiteReset(w["reset"], web_site_urls(cfg, tasks))
+
+
 @contextlib.contextmanager
-def episode_envs(cfg: dict[str, Any], benchmark: str, tools: Sequence[Tool]) -> Iterator[Callable[[], Any]]:
+def episode_envs(cfg: dict[str, Any], benchmark: str, tools: Sequence[Tool], tasks: Sequence[Any] | None = None,
+                 reset: SiteReset | None = None) -> Iterator[Callable[[], Any]]:
     """A factory of fresh environments for the episodes of one job. Tool benchmarks: a
     ReAct environment over the tools. Web: environments on one WebRuntime (the sites and
     `web.browsers` browsers) opened here for the whole job and closed on the way out, so
-    no browser or site server outlives it; real sites are reset first (`web.reset`) and
-    must answer (esopt.envs.web.webarena.check_sites)."""
+    no browser or site server outlives it. Real sites are reset first (`reset`, default
+    site_reset(cfg, benchmark, tasks): web.reset, "job start") and must answer: only the
+    sites `tasks` use (all of `web.sites` without tasks; esopt.envs.web.webarena.check_sites)."""
     if benchmark != "web":
         max_tool_calls = agent_section(cfg, benchmark).get("max_tool_calls")
         yield lambda: make_react_env(benchmark, tools, max_tool_calls)
@@ -149,9 +197,11 @@ def episode_envs(cfg: dict[str, Any], benchmark: str, tools: Sequence[Tool]) -> 
     if w.get("sites", "local") != "local":
         from esopt.envs.web import webarena
 
-        if w.get("reset"):  # then wait for every site to answer again (GitLab takes minutes)
-            webarena.reset_sites(w["reset"], urls=w["sites"])
-        sites = webarena.make_fixed_sites(w["sites"])  # each site must answer, or one error names them
+        needed = web_site_urls(cfg, tasks)  # a site a task uses and web.sites lacks: one error names it
+        reset = reset if reset is not None else site_reset(cfg, benchmark, tasks)
+        if reset is not None:
+            reset("job start")
+        sites = webarena.make_fixed_sites(w["sites"], require=needed)  # those sites must answer, or one error names them
     with WebRuntime(sites, seed=w.get("site_seed", 0), browsers=w.get("browsers", 1), hang_s=w.get("hang_s", 30),
                     action_timeout_s=w.get("action_timeout_s", 5), navigation_timeout_s=w.get("navigation_timeout_s", 15),
                     start_timeout_s=w.get("start_timeout_s")) as rt:
@@ -164,15 +214,17 @@ def episode_envs(cfg: dict[str, Any], benchmark: str, tools: Sequence[Tool]) -> 
                              login=w.get("login", "sites"), action_syntax=w.get("action_syntax", "tolerant"))
 
 
-def generation_reset(cfg: dict[str, Any], benchmark: str) -> Callable[[], Any] | None:
-    """The real sites' reset before every training generation (web.reset_every: generation),
-    else None."""
+def generation_reset(cfg: dict[str, Any], benchmark: str, reset: SiteReset | None = None) -> Callable[[], Any] | None:
+    """The real sites' reset before every training generation (web.reset_every: generation):
+    fn(generation=None) calling `reset` (default: site_reset(cfg, benchmark)) with "generation
+    N"; else None."""
     w = cfg.get("web") or {}
     if benchmark != "web" or not w.get("reset") or w.get("reset_every", "job") != "generation":
         return None
-    from esopt.envs.web import webarena
-
-    return lambda: webarena.reset_sites(w["reset"], urls=w["sites"])
+    reset = reset if reset is not None else site_reset(cfg, benchmark)
+    if reset is None:
+        return None
+    return lambda generation=None: reset("generation" if generation is None else f"generation {generation}")
 
 
 def host_device(cfg: dict[str, Any], benchmark: str) -> str | None:
@@ -242,25 +294,75 @@ class ToolEpisodeSpec:
         return lambda: make_react_env(self.benchmark, tools, self.max_tool_calls)
 
 
+class JudgeFailureError(RuntimeError):
+    """The fuzzy-match judge failed on some episodes of an evaluation round (no answer, no
+    verdict, no judge): the round stops and is not scored, as the authors' harness aborts such
+    a repeat (scripts/webarena/replay_es_history_and_eval.py:226, 266-270) rather than counting
+    a 0. `failures`: (task id, error) of each such episode."""
+
+    def __init__(self, failures: Sequence[tuple[str, str]], where: str = ""):
+        self.failures = list(failures)
+        shown = "; ".join(f"task {tid}: {err}" for tid, err in self.failures[:5])
+        more = f" (and {len(self.failures) - 5} more)" if len(self.failures) > 5 else ""
+        super().__init__(f"the judge failed on {len(self.failures)} episode(s){' of ' + where if where else ''}, "
+                         f"which therefore stops unscored (a judge failure is never scored 0): {shown}{more}")
+
+
+def judge_failures(trajs: Sequence[Trajectory]) -> list[tuple[str, str]]:
+    """(task id, error) of the episodes whose evaluation failed in the judge."""
+    from esopt.envs.web.evaluators import is_judge_failure
+
+    return [(str(t.task_id), str(t.info.get("error"))) for t in trajs if is_judge_failure(t.info.get("error"))]
+
+
 def run_tool_episodes(model, tokenizer, spec: ToolEpisodeSpec, tools: Sequence[Tool], tasks: Sequence[Any],
-                      seed: int, skill: str = "", counters: dict[str, int] | None = None) -> list[Trajectory]:
+                      seed: int, skill: str = "", counters: dict[str, int] | None = None,
+                      stop_on_judge_failure: str | None = None) -> list[Trajectory]:
     """One episode per task with the model (an HF model or an engine: `rollout_policy`) as
     it is now; `seed` fixes sampling. With
     `spec.in_flight`, tasks run in consecutive chunks of that many (chunk c with seed
-    derive_seed(seed, "chunk", c) from the second chunk on)."""
+    derive_seed(seed, "chunk", c) from the second chunk on). `stop_on_judge_failure` (a name
+    for the round, e.g. "evaluation sample 2"): web episodes whose judge failed end the run
+    after their chunk with JudgeFailureError (logged), no later chunk started."""
     from esopt.seeding import derive_seed
 
     step = spec.in_flight or max(len(tasks), 1)
     out: list[Trajectory] = []
     for c, lo in enumerate(range(0, len(tasks), step)):
-        out += rollout(
+        chunk = rollout(
             model, tokenizer, spec.env_factory(tools), tasks[lo:lo + step],
             system=system_prompt(spec.benchmark, tools, skill, spec.cfg), sampling=spec.sampling,
             seed=seed if c == 0 else derive_seed(seed, "chunk", c), max_turns=spec.max_turns,
             history_turns=spec.history_turns, batch_size=spec.batch_size, counters=counters,
             max_episode_tokens=spec.max_episode_tokens,
         )
+        out += chunk
+        failed = judge_failures(chunk) if stop_on_judge_failure is not None and spec.benchmark == "web" else []
+        if failed:
+            err = JudgeFailureError(failed, f"{stop_on_judge_failure} ({len(out)} of {len(tasks)} episodes run)")
+            log.error("%s", err)
+            raise err
     return out
+
+
+def evaluation_rounds(policy, tokenizer, spec: ToolEpisodeSpec, tools: Sequence[Tool], tasks: Sequence[Any],
+                      samples: int, seed: int, skill: str = "", reset: SiteReset | None = None) -> list[list[Trajectory]]:
+    """Mean@k's k rounds (samples): every task once per round, round k with seed
+    derive_seed("mean-at-k", seed, k). On real sites `reset` runs before every round after the
+    first (the first's is the job's, in episode_envs), as VisualAgentBench's README requires
+    before each round of testing. A judge failure stops its round and the evaluation
+    (JudgeFailureError): an unscored round is never averaged."""
+    from esopt.seeding import derive_seed
+
+    rounds: list[list[Trajectory]] = []
+    for k in range(samples):
+        if k and reset is not None:
+            reset(f"evaluation sample {k + 1}")
+        trajs = run_tool_episodes(policy, tokenizer, spec, tools, tasks, seed=derive_seed("mean-at-k", seed, k),
+                                  skill=skill, stop_on_judge_failure=f"evaluation sample {k + 1}")
+        rounds.append(trajs)
+        log.info("sample %d/%d: score %.3f", k + 1, samples, summarize_tool(trajs)["score"])
+    return rounds
 
 
 def by_site(tasks: Sequence[Any], trajs: Sequence[Trajectory]) -> dict[str, dict[str, float]]:

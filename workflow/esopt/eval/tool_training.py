@@ -146,7 +146,7 @@ class PromptState:
 
 # ---------------------------------------------------------------- methods
 def run_es(run: ToolRun, cfg, model, policy, tok, tools, train, spec, resume_dir: Path, traj_dir: Path,
-           prompt: PromptState | None):
+           prompt: PromptState | None, site_reset=None):
     """Agentic ESOpt with the episodes on `policy`: the HF `model` itself (perturbed in
     place), or an engine (rollout_policy) whose perturber runs ES inside it; the engine's
     final weights are then copied into `model`, which is what the run saves."""
@@ -167,11 +167,11 @@ def run_es(run: ToolRun, cfg, model, policy, tok, tools, train, spec, resume_dir
     if prompt is not None:
         prompt.catch_up(len(History.load(history_path).generations) if history_path.exists() else 0)
 
-    reset_sites = generation_reset(cfg, run.benchmark)
+    reset_sites = generation_reset(cfg, run.benchmark, site_reset)
 
     def fitness(member):
         if reset_sites is not None and member.index == 0:  # real sites, fresh for every generation
-            reset_sites()
+            reset_sites(member.generation)
         counters: dict[str, int] = {}
         batch = sample_batch(train, e["tasks_per_member"], member.task_seed)
         skill = prompt.opt.context() if prompt else ""
@@ -208,7 +208,8 @@ def run_es(run: ToolRun, cfg, model, policy, tok, tools, train, spec, resume_dir
     return history, [r.metrics() for r in history.generations]
 
 
-def run_trace2skill(run: ToolRun, cfg, policy, tok, tools, train, spec, traj_dir: Path, prompt: PromptState):
+def run_trace2skill(run: ToolRun, cfg, policy, tok, tools, train, spec, traj_dir: Path, prompt: PromptState,
+                    site_reset=None):
     """Trace2Skill alone: the base model's episodes (on `policy`: the HF model or an engine)
     of each generation feed the skill."""
     from types import SimpleNamespace
@@ -225,10 +226,10 @@ def run_trace2skill(run: ToolRun, cfg, policy, tok, tools, train, spec, traj_dir
     keep = kept_steps(generations)
     same_batches = SimpleNamespace(seed=run.seed)  # the task batches an ES run of this seed sees
     done = prompt.load()
-    reset_sites = generation_reset(cfg, run.benchmark)
+    reset_sites = generation_reset(cfg, run.benchmark, site_reset)
     for t in tqdm(range(done, generations), initial=done, total=generations, desc="Trace2Skill generations"):
         if reset_sites is not None:
-            reset_sites()
+            reset_sites(t)
         tseed = task_seed(same_batches, t)
         trajs = run_tool_episodes(policy, tok, spec, tools, sample_batch(train, n, tseed), seed=tseed,
                                   skill=prompt.opt.context())
@@ -295,6 +296,7 @@ def train_tool_agent(run: ToolRun, cfg: dict, model_dir: str, data_dir: str, res
         load_tasks,
         make_tools,
         rollout_policy,
+        site_reset,
     )
     from esopt.models.load import load_model_and_tokenizer, load_tokenizer
 
@@ -320,14 +322,18 @@ def train_tool_agent(run: ToolRun, cfg: dict, model_dir: str, data_dir: str, res
         # beside a vLLM engine the host model keeps the base weights until the run ends: the analyst's copy
         base = (model, tok) if device == "cpu" else None
         prompt = PromptState(make_prompt_optimizer(cfg, run.benchmark, run.seed, model_dir, base=base), resume_dir)
-    with episode_envs(cfg, run.benchmark, tools) as make_env, \
+    reset = site_reset(cfg, run.benchmark, train)  # real sites: web.reset, timed into the record
+    if reset is not None:
+        extra["resets"] = reset.records
+    with episode_envs(cfg, run.benchmark, tools, tasks=train, reset=reset) as make_env, \
             rollout_policy(cfg, run.benchmark, model, tok, model_dir, run.seed) as (policy, engine_record):
         extra.update(engine=engine_record, model_device=str(model.device))
         spec = ToolEpisodeSpec.from_config(cfg, run.benchmark, ta["es"].get("member_decoding", "sample"),
                                            ta["evaluate"].get("batch_size", 64), make_env=make_env)
         if run.method == "trace2skill":
-            metrics = run_trace2skill(run, cfg, policy, tok, tools, train, spec, traj_dir, prompt)
+            metrics = run_trace2skill(run, cfg, policy, tok, tools, train, spec, traj_dir, prompt, reset)
             return ToolTraining(None, tok, metrics, prompt=prompt, extra=extra)  # the weights did not move
-        history, metrics = run_es(run, cfg, model, policy, tok, tools, train, spec, resume_dir, traj_dir, prompt)
+        history, metrics = run_es(run, cfg, model, policy, tok, tools, train, spec, resume_dir, traj_dir, prompt,
+                                  reset)
     extra["final_weights_sha256"] = history.final["weights_sha256"]
     return ToolTraining(model, tok, metrics, history=history, prompt=prompt, extra=extra)
