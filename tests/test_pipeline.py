@@ -1,8 +1,9 @@
 """The Snakemake DAG on the smoke config: plan, run, nothing left to do, targeted reruns.
 
 The plans are part of the default suite; the tests that run the smoke pipeline (marked
-`pipeline`, about 15 minutes on 2 cores) are opt-in: `python -m pytest -m pipeline`
-(.ci/run runs them after the default suite)."""
+`pipeline`, about 15 minutes on 2 cores) are opt-in: `python -m pytest -m pipeline`.
+With ESOPT_SMOKE_RUN=DIR they read a run that already happened instead of repeating it:
+.ci/run points it at README's first command on the smoke config (see `workdir`)."""
 
 import ast
 import base64
@@ -30,15 +31,54 @@ pytestmark = pytest.mark.slow
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
+WORKFLOW = ("Snakefile", "config", "envs", "workflow", "notebooks")  # what a run of the pipeline reads
+NOT_WORKFLOW = ("__pycache__", "*.egg-info")
+
+
+def workflow_differences(a: Path, b: Path) -> list[str]:
+    """The workflow files (under WORKFLOW; relative paths) that differ between checkouts a and b,
+    or that only one of them has."""
+    def files(root):
+        out = {}
+        for top in WORKFLOW:
+            for f in [root / top] if (root / top).is_file() else sorted((root / top).rglob("*")):
+                rel = f.relative_to(root)
+                if f.is_file() and not any(p == "__pycache__" or p.endswith(".egg-info") for p in rel.parts):
+                    out[str(rel)] = f
+        return out
+
+    fa, fb = files(a), files(b)
+    return sorted(r for r in fa.keys() | fb.keys()
+                  if r not in fa or r not in fb or fa[r].read_bytes() != fb[r].read_bytes())
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    """A copy of the workflow (not the package: that is installed) to run in isolation."""
+    """A copy of the workflow (not the package: that is installed) to run in isolation.
+
+    With ESOPT_SMOKE_RUN=DIR: DIR instead, a checkout of this same workflow where
+    `snakemake --configfile config/smoke.yaml` already ran to the end with
+    ESOPT_IMPORT_LOG=DIR/imports.jsonl (.ci/run: README's first command in a fresh
+    environment). The tests then check that run (their `smk(workdir)` has nothing left to
+    do) instead of spending the same jobs again; what they change (a module, the config, the
+    report) they undo or write beside it."""
+    given = os.environ.get("ESOPT_SMOKE_RUN")
+    if given:
+        wd = Path(given).resolve()
+        lacking = [p for p in ("results", ".snakemake/metadata", "imports.jsonl") if not (wd / p).exists()]
+        if lacking:
+            pytest.fail(f"ESOPT_SMOKE_RUN={given} is not a finished smoke run: it has no {', '.join(lacking)} "
+                        "(expected: snakemake --configfile config/smoke.yaml run there with "
+                        "ESOPT_IMPORT_LOG=DIR/imports.jsonl)", pytrace=False)
+        changed = workflow_differences(ROOT, wd)
+        if changed:
+            pytest.fail(f"ESOPT_SMOKE_RUN={given} ran another workflow than {ROOT}: {', '.join(changed[:10])} "
+                        f"differ{f' (and {len(changed) - 10} more)' if len(changed) > 10 else ''}", pytrace=False)
+        return wd
     wd = tmp_path_factory.mktemp("wf")
     shutil.copy(ROOT / "Snakefile", wd)
-    shutil.copytree(ROOT / "config", wd / "config")
-    shutil.copytree(ROOT / "envs", wd / "envs")
-    shutil.copytree(ROOT / "workflow", wd / "workflow", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copytree(ROOT / "notebooks", wd / "notebooks")
+    for top in WORKFLOW[1:]:
+        shutil.copytree(ROOT / top, wd / top, ignore=shutil.ignore_patterns(*NOT_WORKFLOW))
     return wd
 
 
@@ -323,8 +363,13 @@ def test_editing_a_module_reruns_the_jobs_that_import_it(workdir, module):
 def test_a_config_edit_reruns_only_the_rules_whose_section_changed(workdir):
     smk(workdir)
     cfg = workdir / "config/smoke.yaml"
-    cfg.write_text(cfg.read_text().replace("  lr: 1.0e-4\n", "  lr: 2.0e-4\n"))  # rl.lr
-    assert planned_jobs(smk(workdir, "-n")) == {
+    text = cfg.read_text()
+    try:
+        cfg.write_text(text.replace("  lr: 1.0e-4\n", "  lr: 2.0e-4\n"))  # rl.lr
+        planned = planned_jobs(smk(workdir, "-n"))
+    finally:
+        cfg.write_text(text)
+    assert planned == {
         "all": 1, "train_rl": 6, "evaluate_rl": 6, "memory": 4, "report_methods": 1, "report_verdicts": 1,
         "report_wall_clock": 1, "report_memory": 1, "total": 21}
 

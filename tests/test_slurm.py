@@ -40,7 +40,7 @@ PROFILES = ["--profile", "slurm", "--profile", "profiles/slurm-local"]
 SELF_SIZED = {"train_es", "train_rl"}
 GPU_RULES = {"evaluate_base", "evaluate_es", "evaluate_rl", "memory", "train_agent", "evaluate_agent_base",
              "evaluate_agent", "search_heuristics", "train_web", "evaluate_web_base", "evaluate_web"}
-TIMEOUT_S = 1800  # minutes on 2 cores, more with the tiny base check beside it (.ci/run)
+TIMEOUT_S = 1800  # ~9 min alone on 2 cores, more beside the pipeline and vLLM tests (.ci/run)
 # the parts of the checkout the workflow needs are everything but these
 NOT_COPIED = (".git", ".venv", "results", ".snakemake", "tests", "docs", "benchmarks", "__pycache__",
               "*.egg-info", ".pytest_cache", ".ruff_cache", "build", "logs")
