@@ -82,8 +82,17 @@ naming every site that did not answer (or answered 5xx) with its URL and the rea
 refresh_website_dockers.sh, or the steps of WebArena's environment_docker/README.md,
 "Environment reset"), raising SiteResetError with the exit code and the tail of stderr
 when it fails or runs past the timeout; with `urls`, then waits until every site answers.
-`make_fixed_sites(urls, ...) -> FixedSites` wires the URLs, logins and helpers together
-(and checks the sites first).
+`sites_used(tasks)`: site -> the ids of the tasks that use it (their `sites` and placeholders);
+`needed_site_urls(urls, tasks)`: the URLs of those sites only (no WebArena task uses homepage), a
+ValueError naming any site a task uses that `urls` lacks, with its tasks.
+`make_fixed_sites(urls, ..., require=None) -> FixedSites` wires the URLs, logins and helpers
+together (and checks first the sites of `require`, by default all of `urls`).
+
+The map site (MAP, :3000, 31 Lite tasks) is the OpenStreetMap website: WebArena's map docker
+(environment_docker/README.md), or, as the authors ran it, their osm_local_proxy.py
+(webarena-train-time/scripts/), which serves on port 3000 a relay of www.openstreetmap.org
+(and tile.openstreetmap.org under /tile/), rewriting that host's absolute links to local ones
+and dropping cookies: it needs the internet and shows today's map, not WebArena's snapshot.
 
     urls = site_urls("10.0.0.5")
     lite = load_suite("test_webarena_lite.raw.json", "lite")
@@ -91,10 +100,11 @@ when it fails or runs past the timeout; with `urls`, then waits until every site
     with WebRuntime(sites=make_fixed_sites(urls), browsers=4) as rt:
         env = WebEnv(rt, max_turns=30, judge={...})      # 40 Lite tasks need the fuzzy judge
         ...
-    reset_sites("bash refresh_website_dockers.sh", urls=urls)   # between rounds
+    reset_sites("bash refresh_website_dockers.sh", urls=urls)   # before every round
 
 The sites are shared by every episode (FixedSites: no isolation, and a crashed episode
-cannot be replayed); reset them between rounds as WebArena does.
+cannot be replayed); reset them before every round, as VisualAgentBench's README requires
+(esopt.eval.tool_episodes.SiteReset runs `web.reset` so and times it).
 """
 
 from __future__ import annotations
