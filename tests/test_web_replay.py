@@ -36,6 +36,7 @@ from esopt.envs.web import env as env_module
 from esopt.envs.web import webarena as wa
 from esopt.envs.web.evaluators import SEMANTICS_FIELD, evaluate
 from esopt.envs.web.expert import find_element
+from esopt.envs.web.observe import MODES
 from esopt.envs.web.tasks import resolve_urls
 
 DATA = Path(__file__).parent / "data" / "web_replay"
@@ -403,18 +404,22 @@ def replay(tmp_path_factory):
                 s.close()
 
 
+ROLE_TAGS = {"link": "a", "button": "button", "textbox": "input|textarea"}  # the HTML observations' tags
+
+
 def element_id(observation: str, role: str, name: str) -> str | None:
     """The id the observation shows for the element `role` `name`: an accessibility-tree line
-    ("[12] link 'Contact Us'"), else an HTML tag with id="12" right after a <label> `name`, or
-    whose text or an attribute starts with `name`."""
+    ("[12] link 'Contact Us'"), else an HTML tag of the role's kind with id="12" right after a
+    <label> `name`, or whose text or an attribute starts with `name`."""
     found = find_element(observation, role, name)
     if found is not None:
         return found
-    labelled = re.search(r"<label[^>]*>\s*" + re.escape(name) + r'\s*</label>\s*<\w+ id="(\d+)"', observation)
+    kinds = ROLE_TAGS.get(role, r"\w+")
+    labelled = re.search(r"<label[^>]*>\s*" + re.escape(name) + rf'\s*</label>\s*<(?:{kinds}) id="(\d+)"', observation)
     if labelled:  # a form field is named by its label
         return labelled.group(1)
-    tags = [(m.group(2), [m.group(4).strip(), *re.findall(r'[\w-]+="([^"]*)"', m.group(3))])
-            for m in re.finditer(r'<(\w+) id="(\d+)"([^>]*)>([^<]*)', observation)]
+    tags = [(m.group(1), [m.group(3).strip(), *re.findall(r'[\w-]+="([^"]*)"', m.group(2))])
+            for m in re.finditer(rf'<(?:{kinds}) id="(\d+)"([^>]*)>([^<]*)', observation)]
     for match in (str.__eq__, str.startswith):  # the exact name first, then a prefix
         for tag_id, texts in tags:
             if any(match(t, name) for t in texts if t):
@@ -482,14 +487,16 @@ def test_recorded_episode_gets_the_harness_score(replay, name):
         assert other.error is None and other.score == ep["webarena_score"], other
 
 
-@pytest.mark.parametrize("name", ["141-html-last-correct"])
-def test_a_replay_finds_its_elements_in_the_html_observation_too(replay, name):
+@pytest.mark.parametrize("mode", [m for m in MODES if m != "axtree"])
+@pytest.mark.parametrize("name", ["117-helper-order-correct", "141-html-last-correct"])
+def test_a_replay_finds_its_elements_in_the_html_observations_too(replay, mode, name):
     """The recorded replies name elements, not ids: the same episode replays on the simplified-HTML
-    observation (ids numbered differently) with the same score."""
+    observations (ids numbered differently; "webrl" the harness's, where the environment has it)
+    with the same score."""
     rt, tasks, _ = replay
     ep = EPISODES[name]
     STATE.reset()
-    reward, info = run_episode(make_env(rt, observation="html"), tasks[ep["task_id"]], ep)
+    reward, info = run_episode(make_env(rt, observation=mode), tasks[ep["task_id"]], ep)
     assert reward == ep["harness_score"] and info["failed_actions"] == 0 and info["error"] is None, info
 
 
