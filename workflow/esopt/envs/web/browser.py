@@ -5,7 +5,10 @@ browser of the pool. A browser that crashed or hung is restarted in place
 (`restart`); contexts it held are gone, and their episodes replay themselves on the new
 browser (esopt.envs.web.env). Hangs are bounded by a watchdog (`guard`): a browser call
 that does not return within `hang_s` gets its browser killed, which makes the call fail
-at once instead of blocking the run.
+at once instead of blocking the run. Killing a browser ends every context on it, so
+`hang_s` sits above every page timeout (esopt.envs.web.env.WebRuntime refuses less): a
+slow page fails its own call through Playwright's timeout long before the watchdog fires,
+and the watchdog is left for browsers that answer nothing.
 
 Every browser is launched with a marker flag (--esopt-browser=<id>) so its process can
 be found and killed, and with a dead proxy for everything but loopback addresses
