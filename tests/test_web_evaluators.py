@@ -203,14 +203,10 @@ def test_the_openai_judge_retries_overload_fails_fast_on_a_wrong_key_and_never_g
     with chat_endpoint([429, 500, "correct"]) as ep:  # VAB retries rate limits and server errors
         assert OpenAIJudge(ep.url, "m")(intent="q", reference="r", answer="a", kind="fuzzy") is True
         assert len(ep.bodies) == 3
-    with chat_endpoint([401]) as ep:
-        with pytest.raises(JudgeError, match="after 1 tries: HTTP 401"):
-            OpenAIJudge(ep.url, "m")(intent="q", reference="r", answer="a", kind="fuzzy")
-    with chat_endpoint([503]) as ep:
-        with pytest.raises(JudgeError, match="after 4 tries"):  # 1 + VAB's 3 retries
-            OpenAIJudge(ep.url, "m")(intent="q", reference="r", answer="a", kind="fuzzy")
-    with chat_endpoint(["I cannot tell."]) as ep:  # VAB's assert: no verdict, no score
-        with pytest.raises(JudgeError, match="no verdict"):
+    for replies, says in (([401], "after 1 tries: HTTP 401"),  # a wrong key: at once
+                          ([503], "after 4 tries"),  # 1 + VAB's 3 retries
+                          (["I cannot tell."], "no verdict")):  # VAB's assert: no verdict, no score
+        with chat_endpoint(replies) as ep, pytest.raises(JudgeError, match=says):
             OpenAIJudge(ep.url, "m")(intent="q", reference="r", answer="a", kind="fuzzy")
 
 
