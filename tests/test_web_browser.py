@@ -200,7 +200,7 @@ def test_malformed_and_impossible_actions_get_explanatory_observations(runtime):
         ("press [NoSuchKey]", "failed:"),
         ("goto [http://10.1.2.3/]", "only the task's sites can be opened"),
         ("goto [file:///etc/passwd]", "only http:// and https://"),
-        ("new_tab", "tabs are not supported"),
+        ("tab_focus [7]", "there are 1 tab(s)"),
         ('do(action="Fly")', "unknown action"),
     ]
     for action, says in cases:
@@ -208,7 +208,7 @@ def test_malformed_and_impossible_actions_get_explanatory_observations(runtime):
         assert not done and reward == 0.0
         assert says in obs, (action, obs[:400])
         assert obs.startswith("Objective: Hand-made check\nURL: ")
-    assert info["invalid_actions"] == 4 and info["failed_actions"] == 6
+    assert info["invalid_actions"] == 3 and info["failed_actions"] == 7
     obs, _, done, info = env.step(f"click [{find_element(obs, 'link', 'Kitchen')}]")  # still works afterwards
     assert not done and "/category/kitchen" in info["url"]
     env.close()
@@ -227,7 +227,7 @@ def test_observations_are_bounded_and_the_html_mode_acts_by_its_ids(runtime):
     obs = env.reset(hand_task({"eval_types": ["url_match"], "reference_url": "__SHOPPING__/category/kitchen"}))
     assert len(obs) < 400 and "[... observation truncated:" in obs
     env.close()
-    env = WebEnv(runtime, observation="html")
+    env = WebEnv(runtime, observation="html", prompt_style="short")
     obs = env.reset(hand_task({"eval_types": ["url_match"], "reference_url": "__SHOPPING__/category/kitchen"}))
     import re
 

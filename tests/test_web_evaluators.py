@@ -576,7 +576,7 @@ def test_both_action_syntaxes_parse(text, expected):
     ("click [the blue one]", "element id must be the number"),
     ("type [7]", "needs an element id and a text"),
     ("scroll [left]", "scroll [down] or scroll [up]"),
-    ("new_tab", "tabs are not supported"),
+    ("tab_focus", "needs a tab number"),
     ('do(action="Fly", element="1")', "unknown action"),
     ('do(action="Click")', 'needs element="ID"'),
     (None, "No action found"),

@@ -9,13 +9,12 @@ import time
 import urllib.parse
 
 import pytest
-
 from conftest import require_web
 
 require_web()
 
 from esopt.envs.web import WebEnv, WebRuntime, WebTask
-from esopt.envs.web.actions import Action
+from esopt.envs.web.actions import Action, parse_action
 from esopt.envs.web.sites.server import FixedSites
 from esopt.envs.web.tasks import start_urls, storage_state_sites
 
@@ -286,7 +285,8 @@ def test_a_joined_start_url_opens_one_tab_each_the_first_current(runtime):
 
 
 def test_a_link_or_popup_that_opens_a_tab_moves_the_agent_there(runtime):
-    env = WebEnv(runtime)
+    # a tab opens asynchronously after the click: the settle wait (the harness's 3 s) is what sees it
+    env = WebEnv(runtime, settle_s=0.5)
     obs = env.reset(task())
     link = next(line for line in obs.splitlines() if "Open second" in line)
     obs, _, done, info = env.step(f"click [{link.split('[')[1].split(']')[0]}]")
@@ -304,11 +304,12 @@ def test_a_link_or_popup_that_opens_a_tab_moves_the_agent_there(runtime):
 def test_webarenas_tab_actions_focus_open_and_close_tabs(runtime):
     env = WebEnv(runtime)
     env.reset(task(" |AND| ".join(f"__SHOPPING__/{p}" for p in "ab")))
-    assert "Page B" in env._observe(env._act(Action("tab_focus", text="1")))
-    assert env._act(Action("tab_focus", text="5")).startswith("tab_focus [5] failed: there are 2 tab(s)")
-    env._act(Action("new_tab"))
+    assert parse_action("tab_focus [1]") == Action("tab_focus", text="1")
+    assert "Page B" in env.step("tab_focus [1]")[0]
+    assert "tab_focus [5] failed: there are 2 tab(s)" in env.step("tab_focus [5]")[0]
+    env.step("new_tab")
     assert env.page.url == "about:blank" and len(env.page.context.pages) == 3
-    env._act(Action("close_tab"))
+    env.step("close_tab")
     assert env.page.url.endswith("/b") and len(env.page.context.pages) == 2
     env.close()
 

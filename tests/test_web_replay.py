@@ -13,12 +13,11 @@ stand-ins' URLs and storage_state files that write_storage_states made through t
 stand-ins' login forms, as the harness signs in from storage_state. Each episode must end by
 its exit call with the recorded answer, no refused action, and the harness's score.
 
-Features other helpers add are used when present: WebEnv(action_syntax="vab") (the harness's
-parser), one tab per " |AND| " start URL. Episodes that need one skip, naming it, until it
-lands. Skipped without the web extra or chromium unless ESOPT_WEB_REQUIRED is set."""
+The episodes run as the paper config runs them (the harness's observation "webrl", the
+authors' prompt, the harness's reply parser, one tab per " |AND| " start URL). Skipped
+without the web extra or chromium unless ESOPT_WEB_REQUIRED is set."""
 
 import http.server
-import inspect
 import json
 import re
 import string
@@ -380,7 +379,6 @@ def judge(*, intent, reference, answer, kind):
 
 TASKS_BY_INTENT = {t["intent"]: str(t["task_id"]) for t in json.loads((DATA / "tasks.json").read_text())}
 JUDGED: list[dict] = []
-WEBENV_PARAMS = set(inspect.signature(WebEnv.__init__).parameters)
 
 
 @pytest.fixture(scope="module")
@@ -439,10 +437,13 @@ def fill(reply: str, observation: str, where: str) -> str:
     return re.sub(r"\{\{(\w+):([^}]*)\}\}", one, reply)
 
 
-def make_env(rt, **kw) -> WebEnv:
-    if "action_syntax" in WEBENV_PARAMS:
-        kw["action_syntax"] = "vab"  # the harness's parser: the last do()/exit() call of a reply
-    return WebEnv(rt, max_turns=15, judge=judge, **kw)
+def make_env(rt, observation="webrl") -> WebEnv:
+    """The paper config's episode (the harness's observation, the authors' prompt and the
+    harness's parser: the last do()/exit() call of a reply); on the accessibility tree, whose
+    prompt asks for WebArena's syntax, the tolerant parser (it reads do() calls too)."""
+    harness = observation != "axtree"
+    return WebEnv(rt, max_turns=15, judge=judge, observation=observation,
+                  prompt_style="webrl" if harness else "full", action_syntax="vab" if harness else "tolerant")
 
 
 def run_episode(env, task, ep):
@@ -450,9 +451,7 @@ def run_episode(env, task, ep):
     the final (reward, info)."""
     obs = env.reset(task)
     first = task.config["start_url"].split(" |AND| ")
-    if len(first) > 1 and len(env.page.context.pages) < len(first):
-        env.close()
-        pytest.skip("one tab per ' |AND| ' start URL (issue 27, point 3) is not in this WebEnv yet")
+    assert len(env.page.context.pages) == len(first), "one tab per ' |AND| ' start URL (envs.py:194-208)"
     assert env.page.url.rstrip("/") == first[0].rstrip("/"), "the agent starts on the first start URL (envs.py:207)"
     replies = ep["replies"]
     for i, reply in enumerate(replies):
@@ -467,8 +466,6 @@ def run_episode(env, task, ep):
 def test_recorded_episode_gets_the_harness_score(replay, name):
     rt, tasks, urls = replay
     ep = EPISODES[name]
-    if ep.get("needs") == "harness_parser" and "action_syntax" not in WEBENV_PARAMS:
-        pytest.skip("the harness's reply parser, WebEnv(action_syntax='vab') (issue 27, point 1), is not in this WebEnv yet")
     task = tasks[ep["task_id"]]
     if not ep["start_url"].startswith("("):  # the recorded start URL is the task's
         assert task.config["start_url"] == resolve_urls(ep["start_url"], urls)
@@ -487,7 +484,7 @@ def test_recorded_episode_gets_the_harness_score(replay, name):
         assert other.error is None and other.score == ep["webarena_score"], other
 
 
-@pytest.mark.parametrize("mode", [m for m in MODES if m != "axtree"])
+@pytest.mark.parametrize("mode", [m for m in MODES if m != "webrl"])
 @pytest.mark.parametrize("name", ["117-helper-order-correct", "141-html-last-correct"])
 def test_a_replay_finds_its_elements_in_the_html_observations_too(replay, mode, name):
     """The recorded replies name elements, not ids: the same episode replays on the simplified-HTML
@@ -496,7 +493,7 @@ def test_a_replay_finds_its_elements_in_the_html_observations_too(replay, mode, 
     rt, tasks, _ = replay
     ep = EPISODES[name]
     STATE.reset()
-    reward, info = run_episode(make_env(rt, observation=mode), tasks[ep["task_id"]], ep)
+    reward, info = run_episode(make_env(rt, mode), tasks[ep["task_id"]], ep)
     assert reward == ep["harness_score"] and info["failed_actions"] == 0 and info["error"] is None, info
 
 

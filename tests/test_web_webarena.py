@@ -268,12 +268,15 @@ def test_missing_files_say_where_to_get_them(tmp_path, monkeypatch):
         wa.load_suite(bad, "lite")
 
 
-def test_storage_states_are_dropped_or_pointed_at_auth_dir(tmp_path):
+def test_storage_states_are_kept_as_named_or_pointed_at_auth_dir(tmp_path):
     src = full_file(tmp_path, 30)
     ids = [0, 1, 6, 4]  # shopping, shopping_admin, gitlab|reddit, map
-    dropped = wa.load_suite(src, "lite", lite_ids=ids)
-    assert [t.config["storage_state"] for t in dropped] == [None] * 4
-    assert all(t.require_login for t in dropped)  # the environment signs in through the logins
+    named = wa.load_suite(src, "lite", lite_ids=ids)
+    # without auth_dir the names stay: they say which sites login="storage_state" signs in to
+    assert [t.config["storage_state"] for t in named] == [
+        "./.auth/shopping_state.json", "./.auth/shopping_admin_state.json", "./.auth/gitlab.reddit_state.json", None]
+    assert [t.storage_state for t in named][:3] == [t.config["storage_state"] for t in named][:3]
+    assert all(t.require_login for t in named)  # login="sites" signs in through the logins
     auth = tmp_path / "auth"
     with pytest.raises(wa.SuiteNotFoundError, match="write_storage_states") as e:
         wa.load_suite(src, "lite", lite_ids=ids, auth_dir=auth)

@@ -36,5 +36,6 @@ def instructions(benchmark: str, cfg: dict | None = None) -> str:
     """The benchmark's task instructions (the first part of the system prompt); web's in the
     config's web.prompt_style."""
     if benchmark == "web":
-        return env_module(benchmark).instructions(((cfg or {}).get("web") or {}).get("prompt_style", "full"))
+        w = (cfg or {}).get("web") or {}
+        return env_module(benchmark).instructions(w.get("prompt_style", "full"), w.get("observation", "axtree"))
     return env_module(benchmark).instructions()

@@ -35,7 +35,8 @@ import ast
 import re
 from dataclasses import dataclass
 
-KINDS = ("click", "type", "hover", "press", "scroll", "select", "goto", "go_back", "go_forward", "wait", "stop")
+KINDS = ("click", "type", "hover", "press", "scroll", "select", "goto", "go_back", "go_forward", "wait", "stop",
+         "new_tab", "tab_focus", "close_tab")
 NEEDS_ELEMENT = ("click", "type", "hover", "select")
 MAX_TEXT = 2000  # longer typed text or answers are cut (a runaway generation is not a form value)
 
@@ -66,7 +67,7 @@ class Action:
 
     def render(self) -> str:
         """The action in WebArena syntax (what trajectories record)."""
-        if self.kind in ("go_back", "go_forward", "wait"):
+        if self.kind in ("go_back", "go_forward", "wait", "new_tab", "close_tab"):
             return self.kind
         if self.kind == "type":
             return f"type [{self.element}] [{self.text}]" + ("" if self.enter else " [0]")
@@ -119,9 +120,11 @@ def normalize_key(raw: str) -> str:
 def _webarena(verb: str, rest: str) -> Action | ActionError:
     args, _ = _brackets(rest)
     verb = verb.lower()
-    if verb in ("new_tab", "tab_focus", "close_tab"):
-        return ActionError(f"{verb}: tabs are not supported here (one tab per episode). {USAGE}")
-    if verb in ("go_back", "go_forward", "wait"):
+    if verb == "tab_focus":  # WebArena's tab actions: tabs numbered from 0
+        if not args or not args[0].strip().isdigit():
+            return ActionError(f"tab_focus needs a tab number in brackets, e.g. tab_focus [0]. {USAGE}")
+        return Action("tab_focus", text=args[0].strip())
+    if verb in ("go_back", "go_forward", "wait", "new_tab", "close_tab"):
         return Action(verb)
     if verb == "stop":
         return Action("stop", text=(args[0] if args else rest.strip().strip("`").strip())[:MAX_TEXT])

@@ -276,19 +276,16 @@ class WebEnv:
             raise ValueError(f"stop_answers must be one of {STOP_ANSWERS}, got {stop_answers!r}")
         if login not in LOGIN_MODES:
             raise ValueError(f"login must be one of {LOGIN_MODES}, got {login!r}")
-        if not isinstance(action_syntax, str):
-            raise ValueError(f"action_syntax must be a string, got {action_syntax!r}")
-        if action_syntax != "tolerant":
-            try:
-                parse_action("", syntax=action_syntax)  # an unknown syntax is refused here, not at the first reply
-            except TypeError as e:
-                raise ValueError(f"action_syntax {action_syntax!r}: this parser knows only 'tolerant'") from e
+        parse_action("", syntax=action_syntax)  # an unknown syntax is refused here, not at the first reply
+        if action_syntax == "vab" and prompt_style != "webrl":  # the prompt must ask for what the parser reads
+            raise ValueError(f"action_syntax 'vab' reads only do(...)/exit(...) calls, which prompt style "
+                             f"{prompt_style!r} does not ask for: use prompt_style 'webrl'")
         if observation not in MODES:
             raise ValueError(f"observation must be one of {MODES}, got {observation!r}")
         if max_obs_chars is not None and (isinstance(max_obs_chars, bool) or not isinstance(max_obs_chars, int)
                                           or max_obs_chars < 200):
             raise ValueError(f"max_obs_chars must be an int >= 200, or None (the page is never cut), got {max_obs_chars!r}")
-        instructions(prompt_style)
+        instructions(prompt_style, observation)  # the prompt must describe the observation given
         self.runtime, self.max_turns, self.observation = runtime, max_turns, observation
         self.max_obs_chars, self.crash_retries, self.prompt_style = max_obs_chars, int(crash_retries), prompt_style
         self.restate_objective = bool(restate_objective)
@@ -331,7 +328,7 @@ class WebEnv:
         return None if self._slot is None else self._slot.index
 
     def instructions(self) -> str:
-        return instructions(self.prompt_style)
+        return instructions(self.prompt_style, self.observation)
 
     def reset(self, task: WebTask) -> str:
         if not isinstance(task, WebTask):
@@ -402,8 +399,6 @@ class WebEnv:
         return self._after(obs)
 
     def _parse(self, reply: str) -> Action | ActionError:
-        if self.action_syntax == "tolerant":
-            return parse_action(reply)
         return parse_action(reply, syntax=self.action_syntax)
 
     def close(self) -> None:

@@ -378,7 +378,9 @@ def _adapt(cfg: dict, auth_dir: Path | None, inline_helpers: bool, missing: set[
     state = cfg.get("storage_state")
     if isinstance(state, str) and state:
         if auth_dir is None:
-            cfg["storage_state"] = None  # the environment signs in through the sites' logins instead
+            # kept as named: the file need not exist; its name says which sites a task signs in
+            # to (WebEnv login="storage_state", WebArena's auto_login rule); login="sites" ignores it
+            pass
         else:
             p = auth_dir / Path(state).name
             if not p.is_file():
