@@ -171,6 +171,15 @@ def test_unreachable_webarena_sites_are_named():
     assert any("shopping at http://127.0.0.1:9" in w for w in whats(check_extras(cfg)))
 
 
+def test_a_site_no_webarena_task_uses_is_not_required():
+    """The homepage site serves no task (VAB's README lists it; the 812 and the 165 never use it):
+    a dead one is no problem, while the task files are not staged either."""
+    pytest.importorskip("flask")
+    cfg = load_config(ROOT / "config" / "paper.yaml")
+    cfg["web"]["sites"] = {"homepage": "http://127.0.0.1:9"}
+    assert not any("homepage" in w for w in whats(check_extras(cfg)))
+
+
 # ---- SLURM ----------------------------------------------------------------------------
 
 

@@ -216,7 +216,9 @@ def check_extras(config: dict[str, Any]) -> list[Problem]:
             from esopt.envs.web.webarena import SitesUnreachableError, check_sites
 
             try:
-                check_sites(sites, timeout_s=5)
+                check_sites(_web_sites_needed(web), timeout_s=5)
+            except ValueError as e:  # a site some task uses has no URL
+                problems.append(Problem(f"web.sites: {e}", "add the site's URL to web.sites (docs/web.md, the real suite)"))
             except SitesUnreachableError as e:
                 problems.append(Problem(f"web.sites: {e}".splitlines()[0] + " " + " ".join(
                     ln.strip() for ln in str(e).splitlines()[1:-1]),
@@ -228,6 +230,23 @@ def check_extras(config: dict[str, Any]) -> list[Problem]:
                 problems.append(Problem(f"web.judge: ${env} is not set (the fuzzy-match judge's API key)",
                                         f"export {env}=... in the environment snakemake starts the jobs from"))
     return problems
+
+
+def _web_sites_needed(web: dict[str, Any]) -> dict[str, str]:
+    """The real sites the config's WebArena task sets use (a run requires no other site, e.g.
+    homepage); every configured site but homepage when a task file is not staged yet (no
+    WebArena task uses homepage: esopt.envs.web.webarena.sites_used)."""
+    from esopt.envs.web.webarena import SuiteNotFoundError, load_suite, needed_site_urls
+
+    sets = [web.get("train") or {}, *(web.get("eval") or {}).values()]
+    try:
+        tasks = [t for spec in sets if str(spec.get("source", "")).startswith("webarena_")
+                 for t in load_suite(spec.get("path"), subset=spec["source"].removeprefix("webarena_"))]
+    except (SuiteNotFoundError, OSError, ValueError):
+        tasks = None
+    if tasks:
+        return needed_site_urls(web["sites"], tasks)
+    return {k: v for k, v in web["sites"].items() if k != "homepage"}
 
 
 # ---- SLURM ---------------------------------------------------------------------------
