@@ -46,8 +46,9 @@ class PickTask(HeuristicTask):
 @pytest.fixture(scope="module")
 def evaluator():
     task = PickTask()
+    # 1 MB of output: a flood past it is cut quickly even on a busy 2-core machine
     return HeuristicEvaluator(task, task.instances("search", InstanceSpec(2, 3), 0), timeout_s=3, cpu_s=3,
-                              memory_mb=512)
+                              memory_mb=512, output_mb=1)
 
 
 def test_reference_and_expression_code_score_the_mean_objective(evaluator):
@@ -96,13 +97,15 @@ def test_static_check_allows_ordinary_heuristics():
     ("    return 'zero'\n", "invalid_output"),
     ("    return 17\n", "invalid_output"),
     ("    return float('nan')\n", "invalid_output"),
-    ("    return [0] * 10**7\n", "invalid_output"),  # a flood of output: cut, then rejected
+    ("    return [0] * 10**6\n", "invalid_output"),  # a flood of output (3 MB): cut, then rejected
 ])
 def test_hostile_or_broken_candidates_score_worst_and_never_raise(evaluator, body, status):
     ev = evaluator("def pick(values):\n" + body)
     assert ev.objective is None and not ev.valid
     assert ev.status == status, ev
     assert ev.error
+    if "10**6" in body:
+        assert "cut" in ev.error or "unreadable result" in ev.error, ev  # the cut output cannot be read
 
 
 def test_a_candidate_cannot_forge_the_result_line(evaluator):
