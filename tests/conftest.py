@@ -1,7 +1,9 @@
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 # as every esopt command sets them (esopt/cli/__init__.py): idle threads sleep, not spin
@@ -83,3 +85,17 @@ def qwen3_model(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "esopt.cli.build_model", "--config", str(root / "cfg.yaml"),
                     "--out", str(root / "model")], check=True, capture_output=True)
     return root / "model"
+
+
+class Server:
+    """A ThreadingHTTPServer on 127.0.0.1 in a daemon thread, stopped at close(): the tests'
+    stand-in sites and endpoints."""
+
+    def __init__(self, handler):
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()

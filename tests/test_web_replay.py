@@ -21,12 +21,11 @@ import http.server
 import json
 import re
 import string
-import threading
 import urllib.parse
 from pathlib import Path
 
 import pytest
-from conftest import require_web
+from conftest import Server, require_web
 
 require_web()
 
@@ -351,19 +350,6 @@ class CodeHost(Handler):
         form = self.form()
         ok = (form.get("user[login]"), form.get("user[password]")) == tuple(ACCOUNTS["gitlab"].values())
         self.redirect("/" if ok else "/users/sign_in", sign_in=ok)
-
-
-class Server:
-    """A ThreadingHTTPServer on 127.0.0.1 in a daemon thread."""
-
-    def __init__(self, handler):
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 # --- the replay ---------------------------------------------------------------------------

@@ -15,13 +15,13 @@ import os
 import random
 import socket
 import sys
-import threading
 import time
 import urllib.parse
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from conftest import Server
 
 from esopt.envs.web import webarena as wa
 from esopt.envs.web.evaluators import SEMANTICS_FIELD, CallableJudge, EvaluationError, call_helper, evaluate
@@ -301,19 +301,6 @@ def test_helper_names_and_the_page_helper_rewrite(tmp_path):
 
 
 # --- helpers -----------------------------------------------------------------------------
-
-
-class Server:
-    """A ThreadingHTTPServer on 127.0.0.1 in a daemon thread, stopped at close()."""
-
-    def __init__(self, handler):
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 class Quiet(http.server.BaseHTTPRequestHandler):
