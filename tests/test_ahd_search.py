@@ -19,7 +19,7 @@ from esopt.ahd.evaluate import HeuristicEvaluator
 from esopt.ahd.prompts import TaskPrompt
 from esopt.ahd.run import ESSettings, HeuristicSearchRun, batch_plan, es_rewards, planned_es_generations
 from esopt.ahd.search import EoH, Sample
-from esopt.es.history import weights_sha256
+from esopt.hashing import weights_sha256
 
 EXPRESSIONS = ["d", "e", "m", "d+e", "d-m", "d*e", "2*d+e", "d/m", "m-d", "1", "d+0.5*e", "3*d-m", "d**2", "e-d"]
 

@@ -17,7 +17,7 @@ from conftest import SMOKE
 from esopt.cli import audit as audit_cli
 from esopt.config import config_sha256
 from esopt.es.history import GenerationRecord, History
-from esopt.eval.episodes import summarize
+from esopt.runs.episodes import summarize
 from esopt.provenance.code_state import Checkout
 from esopt.provenance.derived import trajectories_of
 from esopt.provenance.record import git_state
@@ -399,7 +399,7 @@ def test_replay_command_rejects_a_history_whose_updates_are_not_its_rewards(work
 
 def test_history_check_names_each_recorded_value_it_recomputes():
     from esopt.es import ESConfig, SigmaSchedule
-    from esopt.es.trainer import member_seeds, task_seed
+    from esopt.es.settings import member_seeds, task_seed
 
     cfg = ESConfig(population=4, generations=2, alpha=0.01, sigma=SigmaSchedule("cosine", 0.1, 0.01, 2), seed=3)
     h = History(run={"es": cfg.as_record()})

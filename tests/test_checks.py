@@ -7,7 +7,7 @@ import sys
 import yaml
 from conftest import SMOKE
 
-from esopt.eval.checks import check_rows, warn_outside
+from esopt.runs.checks import check_rows, warn_outside
 
 
 def _config(tmp_path, expect):
@@ -132,7 +132,7 @@ def test_a_checked_set_without_its_summary_is_an_error(tmp_path):
     import pytest
 
     from esopt.config import load_config, named_model
-    from esopt.eval.checks import check_model
+    from esopt.runs.checks import check_model
 
     kind, spec = named_model(load_config(_smoke_with(tmp_path, tools={"math/dapo": [0, 1], "docvqa/docvqa": [0, 1]})),
                              "smoke-qwen35-tools")
@@ -182,7 +182,7 @@ def test_a_summary_of_a_trained_run_is_refused(tmp_path):
     import pytest
 
     from esopt.config import load_config, named_model
-    from esopt.eval.checks import check_model
+    from esopt.runs.checks import check_model
 
     cfg = load_config(_smoke_with(tmp_path, tools={"math/dapo": [0, 1]}, ahd={"construct_tsp": [0, 1]}))
     esopt_run = json.loads(_tool_summary(tmp_path, "math", "dapo", 0.3).read_text())

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from esopt.agent.engine import (HFEngine, PresencePenalty, Sampling, hf_model_device, model_stop_token_ids,
-                                stop_token_ids, trim_at_eos)
+from esopt.agent.engine import HFEngine, PresencePenalty, Sampling, model_stop_token_ids, stop_token_ids, trim_at_eos
+from esopt.agent.engines import hf_model_device
 from esopt.models.load import load_model_and_tokenizer
 
 

@@ -11,7 +11,7 @@ from esopt.agent.engine import Completion, Sampling
 from esopt.agent.react import ReActEnv
 from esopt.agent.rollout import observation_tokens, rollout
 from esopt.config import load_config, tool_episode_settings, tool_token_caps
-from esopt.eval.tool_episodes import ToolEpisodeSpec, summarize_tool
+from esopt.runs.tool_episodes import ToolEpisodeSpec, summarize_tool
 from esopt.models.tokenizer import qwen35_chat_template, train_tokenizer
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"

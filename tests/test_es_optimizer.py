@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from esopt.es import ESConfig, ESTrainer, Perturber, SigmaSchedule, member_seeds, normalize_rewards, perturb
-from esopt.es.history import weights_sha256
+from esopt.hashing import weights_sha256
 from esopt.es.noise import noise_chunks
 
 

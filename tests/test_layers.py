@@ -3,7 +3,7 @@
 from esopt.provenance.imports import all_modules, direct_dependencies, module_file
 
 # bottom to top; the root modules (esopt.config, esopt.io, esopt.seeding, ...) are below all
-LAYERS = ["es", "envs", "agent", "rl", "prompt", "ahd", "models", "eval", "provenance", "cluster", "report", "cli"]
+LAYERS = ["es", "envs", "agent", "rl", "prompt", "ahd", "models", "runs", "provenance", "cluster", "report", "cli"]
 
 
 def layer(module: str) -> int:
@@ -28,3 +28,18 @@ def test_the_layer_table_names_every_package():
     packages = {m.split(".")[1] for m in all_modules() if m.count(".") >= 1 and module_file(m).name == "__init__.py"
                 and m.count(".") == 1}
     assert packages == set(LAYERS)
+
+
+def test_no_module_imports_itself_back():
+    """No import cycle between modules, function-level imports included (a package's
+    __init__, which re-exports its modules, is left out: importing a module runs it first)."""
+    import graphlib
+
+    modules = [m for m in all_modules() if module_file(m).name != "__init__.py"]
+    graph = {m: direct_dependencies(module_file(m), m)[0] & set(modules) for m in modules}
+    try:
+        list(graphlib.TopologicalSorter(graph).static_order())
+        cycle = None
+    except graphlib.CycleError as e:
+        cycle = e.args[1]
+    assert cycle is None, f"import cycle: {' -> '.join(cycle)}"

@@ -2,7 +2,7 @@
 
 import torch
 
-from esopt.eval.memory import PeakMemory, module_state_bytes, rss_bytes
+from esopt.runs.memory import PeakMemory, module_state_bytes, rss_bytes
 
 
 def test_peak_sees_a_transient_allocation_that_is_already_freed():
@@ -40,7 +40,7 @@ def test_peak_sees_an_allocation_that_reuses_memory_the_allocator_kept():
 
 
 def test_the_summary_takes_the_largest_rank_and_keeps_every_ranks_peak():
-    from esopt.eval.memory import max_over_ranks, rank_peaks
+    from esopt.runs.memory import max_over_ranks, rank_peaks
 
     def measured(rank, state, above):
         return rank_peaks(rank, "cpu", state, PeakMemory("cpu", peak_above_start=above), wall_s=1.0 + rank)

@@ -8,9 +8,9 @@ from conftest import SMOKE
 
 from esopt.config import load_config
 from esopt.es.distributed import Collective
-from esopt.eval.episodes import combine_repeats, summarize
-from esopt.eval.periodic import eval_generations
-from esopt.eval.sudoku_training import train_es
+from esopt.runs.episodes import combine_repeats, summarize
+from esopt.runs.periodic import eval_generations
+from esopt.runs.sudoku_training import train_es
 
 
 def test_evaluation_generations_follow_the_authors_schedule():
@@ -113,7 +113,7 @@ def test_evaluate_repeats_the_same_puzzles_and_the_audit_recomputes_it(tmp_path,
 
 
 def test_ranks_share_the_evaluation_and_give_what_one_process_gives(tmp_path, smoke_model):
-    from esopt.eval.periodic import PeriodicEval
+    from esopt.runs.periodic import PeriodicEval
     from esopt.models.load import load_model_and_tokenizer
 
     cfg = smoke_config(train_pool=8)

@@ -8,7 +8,7 @@ import torch
 from esopt.agent.rollout import Sampling
 from esopt.agent.tokens import token_rollout
 from esopt.envs.sudoku import SudokuEnv, generate_puzzles, instructions
-from esopt.es.history import weights_sha256
+from esopt.hashing import weights_sha256
 from esopt.models.load import load_model_and_tokenizer
 from esopt.rl.advantages import gae, group_advantages, masked_whiten
 from esopt.rl.critic import build_critic

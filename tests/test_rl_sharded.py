@@ -126,7 +126,7 @@ def test_train_rl_under_torchrun_publishes_one_gathered_model(tmp_path, smoke_mo
 
     from test_cli import write_config
 
-    from esopt.es.history import weights_sha256
+    from esopt.hashing import weights_sha256
     from esopt.models.load import load_model_and_tokenizer
 
     config = write_config(tmp_path, **{"rl.steps": 2, "rl.gradient_checkpointing": True, "rl.logits_chunk": 8})

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from esopt.cli import build_tool_model, evaluate_agent, prepare_data, train_agent
-from esopt.eval import tool_training
+from esopt.runs import tool_training
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,7 +95,7 @@ def test_each_method_writes_its_outputs(setup, method, tmp_path):
 def test_coevolution_uses_the_es_rollouts_and_no_more(setup, tmp_path, monkeypatch):
     """ESOpt + Trace2Skill calls the environment exactly as often as ESOpt alone: the
     skill is learned from the same episodes, and reaches the next generation's prompt."""
-    from esopt.eval import tool_episodes
+    from esopt.runs import tool_episodes
 
     calls = {"n": 0, "skills": []}
     real = tool_episodes.run_tool_episodes

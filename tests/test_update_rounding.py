@@ -9,7 +9,7 @@ from test_es_optimizer import bitwise_equal, quadratic_fitness, small_net, snaps
 from esopt.es import ESConfig, ESTrainer, History, Perturber, SigmaSchedule
 from esopt.es.distributed import Collective
 from esopt.es.fidelity import Fidelity, param_groups
-from esopt.es.history import weights_sha256
+from esopt.hashing import weights_sha256
 from esopt.es.noise import noise_chunks
 from esopt.es.rounding import ROUNDINGS, stochastic_round
 

@@ -7,7 +7,7 @@ engine ends at weights HF replays from its history, with and without Trace2Skill
 Runs where vLLM is installed (as tests/test_vllm_engine.py: .ci/run's engine environment
 sets ESOPT_VLLM_REQUIRED, so a broken install fails instead of skipping). One engine serves
 the module (an engine start takes about a minute on 2 cores): the commands run in this
-process, the first opens its engine through the real esopt.agent.engine.open_engine, and the
+process, the first opens its engine through the real esopt.agent.engines.open_engine, and the
 later ones get the same engine, kept open. The ES runs come last: they move its weights.
 """
 
@@ -72,8 +72,8 @@ class KeptOpen:
 
 @pytest.fixture(scope="module")
 def engine(setup):
-    """esopt.agent.engine.open_engine, run once for vLLM: every later job gets that engine."""
-    from esopt.agent import engine as engine_mod
+    """esopt.agent.engines.open_engine, run once for vLLM: every later job gets that engine."""
+    from esopt.agent import engines as engine_mod
 
     real, held = engine_mod.open_engine, {}
 
@@ -96,8 +96,8 @@ def engine(setup):
 def open_shared(setup, engine):
     """The module's engine (opened here if no job has opened it yet) and the tokenizer."""
     from esopt.config import load_config
-    from esopt.eval.tool_episodes import rollout_policy
     from esopt.models.load import load_model_and_tokenizer
+    from esopt.runs.tool_episodes import rollout_policy
 
     model, tok = load_model_and_tokenizer(setup["model"], device="cpu")
     with rollout_policy(load_config(setup["vllm"]), "math", model, tok, setup["model"], 0):
@@ -133,7 +133,7 @@ def test_prompts_grow_over_turns_and_the_prefix_cache_gives_the_re_encoded_repli
     re-encoding the whole conversation every turn (vllm_engine.ReEncoding)."""
     from esopt.agent.vllm_engine import ReEncoding
     from esopt.config import load_config
-    from esopt.eval.tool_episodes import ToolEpisodeSpec, load_tasks, make_tools, run_tool_episodes
+    from esopt.runs.tool_episodes import ToolEpisodeSpec, load_tasks, make_tools, run_tool_episodes
 
     eng, tok = open_shared(setup, engine)
     cfg = load_config(setup["vllm"])
@@ -173,7 +173,7 @@ def test_es_inside_vllm_ends_at_the_weights_hf_replays(setup, engine, tmp_path):
     the history to them. Last in the module: the update leaves the engine off its base weights
     (one run only, for that reason: a second would start from the first one's weights)."""
     from esopt.cli.replay import replay
-    from esopt.es.history import weights_sha256
+    from esopt.hashing import weights_sha256
     from esopt.models.load import load_model_and_tokenizer
 
     base = weights_sha256(load_model_and_tokenizer(setup["model"], device="cpu")[0])

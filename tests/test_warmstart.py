@@ -5,7 +5,7 @@ from conftest import SMOKE
 
 from esopt.config import load_config
 from esopt.envs.sudoku import generate_puzzles, split_of
-from esopt.eval.episodes import validation_score
+from esopt.runs.episodes import validation_score
 from esopt.models.build import sft_settings
 from esopt.models.demonstrations.sudoku import SudokuDemos, demonstrations
 from esopt.models.sft import SFTSettings, supervised_fine_tune

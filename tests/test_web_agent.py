@@ -74,7 +74,7 @@ def test_web_jobs_depend_on_the_web_block_and_tool_jobs_do_not_change():
 def test_by_site_counts_every_site_of_a_task():
     from esopt.agent.rollout import Trajectory
     from esopt.envs.web import WebTask, generate_tasks
-    from esopt.eval.tool_episodes import by_site
+    from esopt.runs.tool_episodes import by_site
 
     tasks = generate_tasks(0, "eval", per_template=1)
     shop = next(t for t in tasks if t.sites == ["shopping"])
@@ -236,7 +236,7 @@ def test_real_sites_reset_before_every_generation_when_asked(tmp_path):
     import http.server
     import threading
 
-    from esopt.eval.tool_episodes import generation_reset
+    from esopt.runs.tool_episodes import generation_reset
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -358,7 +358,7 @@ def test_sites_login_signs_in_to_every_site_of_the_task(runtime, standin):
 
 def test_the_web_block_reaches_the_runtime_and_every_environment():
     from esopt.config import load_config, tool_episode_settings
-    from esopt.eval.tool_episodes import episode_envs
+    from esopt.runs.tool_episodes import episode_envs
 
     cfg = load_config("config/tiny.yaml")
     assert {k: cfg["web"][k] for k in ("settle_s", "early_stop_parse_failures", "early_stop_repeats", "stop_answers",

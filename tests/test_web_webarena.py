@@ -883,7 +883,7 @@ def evaluate_on_stand_ins(tmp_path, tok, judge, samples, tasks):
 
     require_web()
     from esopt.agent.rollout import Sampling
-    from esopt.eval import tool_episodes as te
+    from esopt.runs import tool_episodes as te
 
     resets_log = tmp_path / "resets.log"
     site = Server(Up)
@@ -906,7 +906,7 @@ def evaluate_on_stand_ins(tmp_path, tok, judge, samples, tasks):
 
 
 def test_the_sites_are_reset_before_every_evaluation_round_and_timed(tmp_path, loop_tok):
-    from esopt.eval import tool_episodes as te
+    from esopt.runs import tool_episodes as te
 
     assert te.site_reset({"web": {"sites": "local", "reset": "true"}}, "web") is None  # local sites: no reset
     tasks = [fuzzy_task(i) for i in range(2)]
@@ -919,7 +919,7 @@ def test_the_sites_are_reset_before_every_evaluation_round_and_timed(tmp_path, l
 
 
 def test_a_judge_failure_stops_the_evaluation_round_instead_of_scoring_zero(tmp_path, loop_tok, caplog):
-    from esopt.eval import tool_episodes as te
+    from esopt.runs import tool_episodes as te
 
     asked = []
 

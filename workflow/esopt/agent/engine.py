@@ -220,29 +220,3 @@ def as_engine(policy: Any, tokenizer, batch_size: int | None = None) -> Engine:
     if not callable(getattr(policy, "generate", None)):
         raise TypeError(f"expected a torch.nn.Module or an esopt.agent.engine.Engine, got {type(policy).__name__}")
     return policy
-
-
-def hf_model_device(settings: dict[str, Any]) -> str | None:
-    """Where a job loads the HF copy of the model for engine settings (esopt.config.engine_settings):
-    the host (cpu) when the engine is vLLM, which refuses to start unless the GPU's free memory
-    covers its gpu_memory_utilization share (the copy only receives the final weights); else
-    None, esopt.models.load's default device (the GPU of the rank, which HF generate runs on)."""
-    return "cpu" if settings["name"] == "vllm" else None
-
-
-def open_engine(settings: dict[str, Any], model: torch.nn.Module, tokenizer, model_dir, seed: int = 0):
-    """The rollout policy for engine settings (esopt.config.engine_settings): the HF model
-    itself, or a VLLMEngine over model_dir. Returns (policy, record) where record names the
-    engine and its version for the provenance."""
-    if settings["name"] == "hf":
-        import transformers
-
-        return model, {"name": "hf", "version": transformers.__version__}
-    if settings["name"] != "vllm":
-        raise ValueError(f"unknown engine {settings['name']!r} (expected hf or vllm)")
-    from esopt.agent.vllm_engine import VLLMEngine
-
-    opts = {k: v for k, v in settings.items() if k != "name"}
-    engine = VLLMEngine(model_dir, tokenizer, dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
-                        seed=seed, **opts)
-    return engine, {"name": "vllm", "version": engine.version, **opts, "prefix_caching": engine.prefix_caching}

@@ -28,8 +28,16 @@ from typing import Any, Callable, Sequence
 import torch
 
 from esopt.agent.engine import Engine, as_engine, stop_token_ids
-from esopt.agent.rollout import (Sampling, TextEnv, Trajectory, Turn, build_messages, require_thinking_mode,
-                                 split_reply, system_message)
+from esopt.agent.rollout import (
+    Sampling,
+    TextEnv,
+    Trajectory,
+    Turn,
+    build_messages,
+    require_thinking_mode,
+    split_reply,
+    system_message,
+)
 
 
 @dataclass

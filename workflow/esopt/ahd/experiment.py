@@ -79,7 +79,7 @@ def design_heuristics(cfg: dict, task_name: str, search_name: str, budget: int, 
     from esopt.ahd import make_task
     from esopt.ahd.prompts import TaskPrompt
     from esopt.ahd.run import ESSettings, HeuristicSearchRun
-    from esopt.es.history import weights_sha256
+    from esopt.hashing import weights_sha256
     from esopt.prompt.analyst import PolicyAnalyst
 
     a = cfg["ahd"]

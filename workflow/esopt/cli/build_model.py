@@ -24,9 +24,9 @@ log = logging.getLogger("esopt.build_model")
 def build_tiny(cfg: dict, m: dict, out: Path) -> dict:
     """A tiny model warm-started on Sudoku demonstrations (model.warmstart), left at its
 best checkpoint on the validation split when warmstart.select is set."""
-    from esopt.eval.episodes import validation_score
     from esopt.models.build import build_tiny, sft_settings
     from esopt.models.demonstrations.sudoku import SudokuDemos, demonstrations
+    from esopt.runs.episodes import validation_score
 
     transcripts = list(demonstrations(SudokuDemos.from_config(cfg, m["warmstart"])))
     select = m["warmstart"].get("select")

@@ -23,9 +23,9 @@ log = logging.getLogger("esopt.build_tool_model")
 
 def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config, args.threads)
-    from esopt.eval.tool_episodes import load_tasks, make_tools, system_prompt
     from esopt.models.build import build_tiny, hash_weights, sft_settings
     from esopt.models.demonstrations.tools import demonstrations
+    from esopt.runs.tool_episodes import load_tasks, make_tools, system_prompt
 
     ta = cfg.get("tool_agents") or {}
     m = ta.get("model")

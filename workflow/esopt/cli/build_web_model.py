@@ -26,9 +26,9 @@ log = logging.getLogger("esopt.build_web_model")
 
 def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config, args.threads)
-    from esopt.eval.tool_episodes import episode_envs, load_tasks, system_prompt, web_provenance
     from esopt.models.build import build_tiny, hash_weights, sft_settings, stage
     from esopt.models.demonstrations.web import demonstrations, name_pool
+    from esopt.runs.tool_episodes import episode_envs, load_tasks, system_prompt, web_provenance
 
     w = cfg.get("web") or {}
     m = w.get("model")

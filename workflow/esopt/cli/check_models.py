@@ -2,7 +2,7 @@
 
 --name picks any model of the config: `model` (default), one of
 population_study.models, tool_agents.model or ahd.model. The summaries are what the
-pipeline measured of that base (esopt.eval.checks says which, per kind: held-out
+pipeline measured of that base (esopt.runs.checks says which, per kind: held-out
 success by H*, Mean@k by evaluation set, the writer's valid rate by task). Each key of
 `expect` (the interval README states for any machine) is compared with them; FILE.json
 gets one row per key (value, expected, within) and `all_within`. Outside an interval
@@ -27,7 +27,7 @@ log = logging.getLogger("esopt.check_models")
 def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config)
     from esopt.config import named_model
-    from esopt.eval.checks import check_model, warn_outside
+    from esopt.runs.checks import check_model, warn_outside
 
     kind, m = named_model(cfg, args.name)
     check = check_model(kind, m, [json.loads(Path(f).read_text()) for f in args.summaries])

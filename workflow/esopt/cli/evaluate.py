@@ -23,12 +23,12 @@ BENCHMARKS = ("sudoku",)  # the tool benchmarks have esopt evaluate-agent
 
 def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config, args.threads)
-    from esopt.agent.engine import hf_model_device, open_engine
+    from esopt.agent.engines import hf_model_device, open_engine
     from esopt.agent.rollout import write_trajectories
     from esopt.config import engine_settings
     from esopt.envs.sudoku import generate_puzzles
-    from esopt.eval.episodes import EpisodeSpec, combine_repeats, repeat_seed, run_episodes, summarize
     from esopt.models.load import load_model_and_tokenizer
+    from esopt.runs.episodes import EpisodeSpec, combine_repeats, repeat_seed, run_episodes, summarize
 
     out = Path(args.out)
     if out.suffix != ".json" or out.is_dir():

@@ -31,7 +31,8 @@ def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config, args.threads)
     from esopt.agent.rollout import write_trajectories
     from esopt.config import agent_section, agent_section_name
-    from esopt.eval.tool_episodes import (
+    from esopt.models.load import load_model_and_tokenizer
+    from esopt.runs.tool_episodes import (
         ToolEpisodeSpec,
         by_site,
         episode_envs,
@@ -43,7 +44,6 @@ def main_fn(args: argparse.Namespace) -> int:
         site_reset,
         summarize_tool,
     )
-    from esopt.models.load import load_model_and_tokenizer
 
     out = Path(args.out)
     if out.suffix != ".json":
@@ -84,7 +84,7 @@ def main_fn(args: argparse.Namespace) -> int:
     traj_path = out.with_suffix(".trajectories.jsonl")
     write_trajectories(traj_path, every)
     write_json_atomic(out, summary)
-    from esopt.eval.tool_episodes import sandbox_provenance, web_provenance
+    from esopt.runs.tool_episodes import sandbox_provenance, web_provenance
 
     prov.write(out.with_suffix(".provenance.json"), outputs=[out, traj_path],
                extra={"model_device": str(model.device), "engine": engine_record,

@@ -52,7 +52,7 @@ def step_config(cfg: dict) -> dict:
 
 
 def main_fn(args: argparse.Namespace) -> int:
-    from esopt.eval.memory import exact_allocator
+    from esopt.runs.memory import exact_allocator
 
     exact = exact_allocator()  # before anything large is allocated
     cfg = setup(args.config, args.threads)
@@ -81,12 +81,12 @@ def _measure(args: argparse.Namespace, cfg: dict, exact: bool, collective) -> in
     # Every import happens before the baseline is taken.
     from esopt.agent.rollout import Sampling
     from esopt.es import ESConfig, ESTrainer
-    from esopt.eval.episodes import EpisodeSpec, run_episodes, sudoku_rl_rollouts, summarize
-    from esopt.eval.memory import PeakMemory, max_over_ranks, module_state_bytes, rank_peaks
     from esopt.models.load import default_device, load_model_and_tokenizer
     from esopt.rl.critic import build_critic
     from esopt.rl.sharding import full_params
     from esopt.rl.trainer import RLConfig, RLTrainer
+    from esopt.runs.episodes import EpisodeSpec, run_episodes, sudoku_rl_rollouts, summarize
+    from esopt.runs.memory import PeakMemory, max_over_ranks, module_state_bytes, rank_peaks
 
     world = collective.world_size
     if args.model is None:  # where the pipeline puts it

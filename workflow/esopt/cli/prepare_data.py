@@ -96,7 +96,7 @@ def build_tasks(benchmark: str, name: str, spec: dict[str, Any], out: Path,
 
 def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config, args.threads)
-    from esopt.eval.tool_episodes import write_tasks
+    from esopt.runs.tool_episodes import write_tasks
 
     spec = set_spec(cfg, args.benchmark, args.set)
     out = Path(args.out)
@@ -114,7 +114,7 @@ def main_fn(args: argparse.Namespace) -> int:
     if args.benchmark == "docvqa":  # read every image once, here (see tool_episodes.make_tools)
         from tqdm.auto import tqdm
 
-        from esopt.eval.tool_episodes import make_tools
+        from esopt.runs.tool_episodes import make_tools
 
         ocr = next(t for t in make_tools(cfg, "docvqa", out) if t.name == "ocr")
         for image in tqdm(sorted({t.image for t in tasks}), desc="OCR"):

@@ -20,7 +20,7 @@ log = logging.getLogger("esopt.replay")
 
 def replay(base: str, history_path: str, out: str | None) -> dict:
     from esopt.es import History, Perturber
-    from esopt.es.history import weights_sha256
+    from esopt.hashing import weights_sha256
     from esopt.models.load import load_model_and_tokenizer, save_model
 
     history = History.load(history_path)

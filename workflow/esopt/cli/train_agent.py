@@ -1,5 +1,5 @@
 """esopt train-agent: an agent (ReAct Math, DocVQA: tool_agents; web: the web block)
-trained by one method and seed (esopt.eval.tool_training).
+trained by one method and seed (esopt.runs.tool_training).
 
 --method esopt              Agentic ESOpt on the weights (tool_agents.es)
 --method esopt_trace2skill  co-evolution: each generation's rollouts (all members, the
@@ -42,7 +42,7 @@ def main_fn(args: argparse.Namespace) -> int:
 
     if agent_section_name(args.benchmark) not in cfg:
         raise ValueError(f"{args.config} has no {agent_section_name(args.benchmark)} block")
-    from esopt.eval.tool_training import METHODS, ToolRun, train_tool_agent
+    from esopt.runs.tool_training import METHODS, ToolRun, train_tool_agent
 
     if args.method not in METHODS:
         raise ValueError(f"--method {args.method!r}: expected one of {METHODS}")
@@ -64,7 +64,7 @@ def main_fn(args: argparse.Namespace) -> int:
         run.write_jsonl("skill_history.jsonl", result.prompt.lines)
     run.write_jsonl("metrics.jsonl", result.metrics)
     run.publish_trajectories()
-    from esopt.eval.tool_episodes import sandbox_provenance, web_provenance
+    from esopt.runs.tool_episodes import sandbox_provenance, web_provenance
 
     run.finish(prov, extra={**result.extra, **sandbox_provenance(cfg, args.benchmark), **web_provenance(cfg, args.benchmark)})
     log.info("done: %s", run.out)

@@ -40,7 +40,7 @@ def main_fn(args: argparse.Namespace) -> int:
         log.warning("horizon %d is not in the config's sudoku.horizons %s", args.horizon, cfg["sudoku"]["horizons"])
     from esopt.es.deadline import MemberDeadlineError
     from esopt.es.distributed import SlowRankError, from_config
-    from esopt.eval.sudoku_training import train_es
+    from esopt.runs.sudoku_training import train_es
 
     collective = from_config(cfg, args.backend)  # the process group's timeouts and the member deadline
     try:

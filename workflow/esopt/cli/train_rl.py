@@ -31,8 +31,8 @@ def main_fn(args: argparse.Namespace) -> int:
         raise ValueError(f"--benchmark {args.benchmark!r}: expected 'sudoku'")
     if args.algo not in ("grpo", "ppo"):
         raise ValueError(f"--algo {args.algo!r}: expected grpo or ppo")
-    from esopt.eval.sudoku_training import train_rl
     from esopt.rl.trainer import SAMPLING_PROFILES
+    from esopt.runs.sudoku_training import train_rl
 
     if args.sampling not in SAMPLING_PROFILES:
         raise ValueError(f"--sampling {args.sampling!r}: expected one of {sorted(SAMPLING_PROFILES)}")

@@ -11,7 +11,6 @@ rewards give.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -20,10 +19,11 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import torch
-
 from esopt.es.normalize import normalize_rewards
+from esopt.es.schedule import SigmaSchedule
+from esopt.es.settings import ESConfig, member_seeds, task_seed
 from esopt.io import write_json_atomic
+from esopt.seeding import derive_seed
 
 FORMAT = "esopt-history/1"
 
@@ -101,9 +101,6 @@ class History:
     def es_config(self):
         """The ESConfig the run was made with (None for a heuristic-search history, whose
         members and σ follow the search's batches, esopt.ahd.run)."""
-        from esopt.es.schedule import SigmaSchedule
-        from esopt.es.trainer import ESConfig
-
         if self.run.get("kind") == "ahd":
             return None
         es = dict(self.es)
@@ -126,8 +123,6 @@ class History:
         runs also σ_t (the schedule), the member seeds and signs and the task seed (from the
         run seed); for heuristic-search runs the member seeds (from the run seed). Empty when
         all agree."""
-        from esopt.seeding import derive_seed
-
         try:
             cfg = self.es_config()
         except (TypeError, ValueError) as e:
@@ -162,8 +157,6 @@ class History:
             if rec.alpha != es.get("alpha", rec.alpha):
                 bad.append(f"{where}: alpha {rec.alpha} recorded, the run's es.alpha is {es.get('alpha')}")
             if cfg is not None:
-                from esopt.es.trainer import member_seeds, task_seed
-
                 seeds, signs = member_seeds(cfg, i)
                 if (rec.seeds, rec.signs) != (seeds, signs):
                     bad.append(f"{where}: member seeds or signs are not those of run seed {cfg.seed}")
@@ -222,14 +215,3 @@ def _quiet_normalize():
 def _short_list(xs: list[Any], n: int = 6) -> str:
     shown = ", ".join(f"{x:.6g}" if isinstance(x, float) else str(x) for x in xs[:n])
     return f"[{shown}{', …' if len(xs) > n else ''}]"
-
-
-def weights_sha256(module: torch.nn.Module) -> str:
-    """Hash of every parameter and buffer (name, dtype, shape, bytes), in name order."""
-    h = hashlib.sha256()
-    state = module.state_dict()
-    for name in sorted(state):
-        t = state[name].detach().contiguous().cpu()
-        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.view(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()

@@ -23,7 +23,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,61 +36,9 @@ from esopt.es.fidelity import Fidelity
 from esopt.es.history import GenerationRecord, History
 from esopt.es.normalize import normalize_rewards
 from esopt.es.perturb import Perturber
-from esopt.es.rounding import check_rounding
-from esopt.es.schedule import SigmaSchedule
-from esopt.seeding import derive_seed
+from esopt.es.settings import ESConfig, member_seeds, task_seed
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ESConfig:
-    population: int  # G, members per generation
-    generations: int
-    alpha: float  # effective step size (no 1/σ factor, as in the paper)
-    sigma: SigmaSchedule
-    antithetic: bool = False  # mirrored ±ε pairs (G must be even)
-    normalization: str = "zscore"  # or "centered_rank"
-    seed: int = 0
-    update_rounding: str = "nearest"  # or "stochastic", "fp32_master" (esopt.es.rounding)
-
-    def __post_init__(self) -> None:
-        check_rounding(self.update_rounding)
-        if self.population < 2:
-            raise ValueError(f"population must be >= 2, got {self.population}")
-        if self.antithetic and self.population % 2:
-            raise ValueError(f"antithetic sampling needs an even population, got {self.population}")
-        if self.sigma.total != self.generations:
-            raise ValueError(
-                f"sigma schedule spans {self.sigma.total} generations, run has {self.generations}"
-            )
-
-    @classmethod
-    def from_settings(cls, es: dict[str, Any], population: int, seed: int) -> ESConfig:
-        """From one run's es settings (esopt.config.es_settings / tool_es_settings):
-        generations, alpha, sigma {schedule, sigma0, sigmaT}, antithetic, normalization,
-        update_rounding (nearest where the section has none, e.g. tool_agents.es)."""
-        s = es["sigma"]
-        return cls(population=population, generations=es["generations"], alpha=es["alpha"],
-                   sigma=SigmaSchedule(s["schedule"], s["sigma0"], s.get("sigmaT"), es["generations"]),
-                   antithetic=es["antithetic"], normalization=es["normalization"], seed=seed,
-                   update_rounding=es.get("update_rounding", "nearest"))
-
-    def as_record(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def member_seeds(cfg: ESConfig, generation: int) -> tuple[list[int], list[int]]:
-    """Noise seeds and signs of one generation's members (a pure function of the run seed)."""
-    if cfg.antithetic:
-        half = [derive_seed("member", cfg.seed, generation, k) for k in range(cfg.population // 2)]
-        return [s for s in half for _ in (0, 1)], [1, -1] * (cfg.population // 2)
-    return [derive_seed("member", cfg.seed, generation, k) for k in range(cfg.population)], [1] * cfg.population
-
-
-def task_seed(cfg: ESConfig, generation: int) -> int:
-    """The seed of the task batch that every member of a generation is evaluated on."""
-    return derive_seed("tasks", cfg.seed, generation)
 
 
 @dataclass

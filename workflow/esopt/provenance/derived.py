@@ -243,7 +243,7 @@ class DerivedChecks:
     @staticmethod
     def _es_settings(rec, history) -> tuple[str, str]:
         from esopt.config import es_settings, tool_es_settings
-        from esopt.es.trainer import ESConfig
+        from esopt.es.settings import ESConfig
 
         cfg, argv, cmd = rec["config"], rec.get("argv") or [], rec["command"]
         got = dict(_plain(history.es))
@@ -255,7 +255,7 @@ class DerivedChecks:
             want = ESConfig.from_settings(settings, int(flag_value(argv, "--population")),
                                           int(flag_value(argv, "--seed"))).as_record()
             got.setdefault("update_rounding", "nearest")  # histories from before the option rounded to nearest
-            from esopt.eval.episodes import EpisodeSpec
+            from esopt.runs.episodes import EpisodeSpec
 
             spec = EpisodeSpec.from_config(cfg, h, settings["member_decoding"])
             episode = {k: v for k, v in vars(spec).items() if k != "sampling"} | {"sampling": vars(spec.sampling)}
@@ -303,14 +303,14 @@ class DerivedChecks:
             if any(r.get(key) != want for r in rows):
                 bad.append(f"lines not all {key} {want}")
         if rec["command"] == "train-es":
-            from esopt.eval.episodes import summarize
+            from esopt.runs.episodes import summarize
 
             n_tasks = rec["config"]["es"]["tasks_per_member"]
             s = summarize(trajs) if trajs else {}
             got = {"reward": s.get("mean_reward"), "success": s.get("success"), "mean_turns": s.get("mean_turns")}
         else:
             from esopt.config import tool_es_settings
-            from esopt.eval.tool_episodes import summarize_tool
+            from esopt.runs.tool_episodes import summarize_tool
 
             n_tasks = tool_es_settings(rec["config"], rec.get("benchmark"))["tasks_per_member"]
             s = summarize_tool(trajs) if trajs else {}
@@ -345,7 +345,7 @@ class DerivedChecks:
     def _es_metrics(cls, rec, rows: list[Any], history) -> tuple[str, str]:
         """metrics.jsonl of a Sudoku ES run: the history's lines, plus the evaluations during
         training (es.eval_every: measured, not recomputable) at exactly the due generations."""
-        from esopt.eval.periodic import EVAL_KEYS, eval_generations
+        from esopt.runs.periodic import EVAL_KEYS, eval_generations
 
         es = rec["config"]["es"]
         due = eval_generations(es["generations"], es.get("eval_every"))
@@ -371,7 +371,7 @@ class DerivedChecks:
 
     @staticmethod
     def _es_budget(rec, history, budget: dict[str, Any], res) -> tuple[str, str]:
-        from esopt.eval.sudoku_training import es_budget, es_method_name
+        from esopt.runs.sudoku_training import es_budget, es_method_name
         from esopt.provenance.weights import count_parameters
 
         argv = rec.get("argv") or []
@@ -410,7 +410,7 @@ class DerivedChecks:
 
     @staticmethod
     def _evaluate_summary(rec, summary: dict[str, Any], rows: list[dict[str, Any]], res) -> tuple[str, str]:
-        from esopt.eval.episodes import combine_repeats, summarize
+        from esopt.runs.episodes import combine_repeats, summarize
 
         cfg, argv = rec["config"], rec.get("argv") or []
         ev = cfg["evaluate"]
@@ -439,7 +439,7 @@ class DerivedChecks:
     @staticmethod
     def _agent_summary(rec, summary: dict[str, Any], rows: list[dict[str, Any]], res) -> tuple[str, str]:
         from esopt.config import agent_section
-        from esopt.eval.tool_episodes import TASKS_FILE, by_site, load_tasks, summarize_tool
+        from esopt.runs.tool_episodes import TASKS_FILE, by_site, load_tasks, summarize_tool
 
         cfg, argv = rec["config"], rec.get("argv") or []
         benchmark = flag_value(argv, "--benchmark")

@@ -98,7 +98,7 @@ class WeightChecks:
             else:
                 bad = []
                 variant = flag_value(rec.get("argv") or [], "--variant")
-                want_method = f"es_{variant}" if variant else "esopt"  # esopt.eval.sudoku_training.es_method_name
+                want_method = f"es_{variant}" if variant else "esopt"  # esopt.runs.sudoku_training.es_method_name
                 if rec["command"] == "train-agent":
                     want_method = rec.get("method") or flag_value(rec.get("argv") or [], "--method")
                 if history.run.get("method") is not None and history.run["method"] != want_method:
@@ -153,7 +153,7 @@ class WeightChecks:
         from transformers.utils import logging as hf_logging
 
         from esopt.es import Perturber
-        from esopt.es.history import weights_sha256
+        from esopt.hashing import weights_sha256
         from esopt.models.load import load_model_and_tokenizer
 
         hf_logging.disable_progress_bar()  # one "Loading weights" bar per model would bury the checks

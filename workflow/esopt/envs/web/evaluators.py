@@ -56,7 +56,7 @@ VAB's settings (JUDGE_PROMPT, JUDGE_SYSTEM, JUDGE_SETTINGS) and reads the verdic
 A judge that fails (no answer, a reply without a verdict, an exception) or is missing where a
 check needs one raises JudgeError; the environment records it with the episode
 (info["error"] starting "JudgeError:", `is_judge_failure`) instead of scoring a 0, and an
-evaluation round stops on it (esopt.eval.tool_episodes).
+evaluation round stops on it (esopt.runs.tool_episodes).
 """
 
 from __future__ import annotations
@@ -646,7 +646,7 @@ JUDGE_FAILURE = "JudgeError"  # how EvalResult.error (and an episode's info["err
 def is_judge_failure(error: str | None) -> bool:
     """Whether an evaluation error (EvalResult.error, info["error"]) is the judge's: no answer,
     no verdict, or no judge where a check needs one. An evaluation round stops on one
-    (esopt.eval.tool_episodes), as the authors' harness aborts such a repeat."""
+    (esopt.runs.tool_episodes), as the authors' harness aborts such a repeat."""
     return bool(error) and str(error).startswith(JUDGE_FAILURE + ":")
 
 

@@ -104,7 +104,7 @@ and dropping cookies: it needs the internet and shows today's map, not WebArena'
 
 The sites are shared by every episode (FixedSites: no isolation, and a crashed episode
 cannot be replayed); reset them before every round, as VisualAgentBench's README requires
-(esopt.eval.tool_episodes.SiteReset runs `web.reset` so and times it).
+(esopt.runs.tool_episodes.SiteReset runs `web.reset` so and times it).
 """
 
 from __future__ import annotations

@@ -228,11 +228,11 @@ def generation_reset(cfg: dict[str, Any], benchmark: str, reset: SiteReset | Non
 
 
 def host_device(cfg: dict[str, Any], benchmark: str) -> str | None:
-    """Where a job loads the HF model for the benchmark's engine (esopt.agent.engine.hf_model_device):
+    """Where a job loads the HF model for the benchmark's engine (esopt.agent.engines.hf_model_device):
     the host (cpu) beside a vLLM engine, which needs the accelerator's memory for itself (the
     host copy receives the final weights, or serves the Trace2Skill analyst); else None, the
     default device."""
-    from esopt.agent.engine import hf_model_device
+    from esopt.agent.engines import hf_model_device
 
     return hf_model_device(engine_settings(cfg, benchmark))
 
@@ -243,7 +243,7 @@ def rollout_policy(cfg: dict[str, Any], benchmark: str, model, tokenizer, model_
     """The policy a benchmark's episodes run on (engine.B, docs/engine.md): the HF model
     itself, or a vLLM engine over model_dir, closed on the way out. Yields (policy, the
     engine's provenance record)."""
-    from esopt.agent.engine import open_engine
+    from esopt.agent.engines import open_engine
 
     policy, record = open_engine(engine_settings(cfg, benchmark), model, tokenizer, model_dir, seed=seed)
     try:
@@ -290,7 +290,7 @@ class ToolEpisodeSpec:
         if self.make_env is not None:
             return self.make_env
         if self.benchmark == "web":
-            raise ValueError("web episodes need the environments of esopt.eval.tool_episodes.episode_envs")
+            raise ValueError("web episodes need the environments of esopt.runs.tool_episodes.episode_envs")
         return lambda: make_react_env(self.benchmark, tools, self.max_tool_calls)
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from esopt.envs.sudoku import generate_puzzles
 from esopt.es import ESTrainer
-from esopt.eval.episodes import EpisodeSpec, combine_repeats, repeat_seed, run_episodes, summarize, train_tasks
 from esopt.io import write_text_atomic
+from esopt.runs.episodes import EpisodeSpec, combine_repeats, repeat_seed, run_episodes, summarize, train_tasks
 
 log = logging.getLogger(__name__)
 

@@ -55,14 +55,14 @@ def train_es(cfg: dict, model_dir: str, horizon: int, population: int, seed: int
     """Agentic ESOpt (or the es.variants ablation `variant`) from the model in `model_dir`.
     Every member sees the same task batch and sampling seed (common random numbers); the
     population is sharded over the collective's ranks, which must end at the same weights."""
-    from esopt.agent.engine import hf_model_device, open_engine
+    from esopt.agent.engines import hf_model_device, open_engine
     from esopt.agent.rollout import kept_steps, write_trajectories
     from esopt.config import engine_settings, es_settings
     from esopt.es import ESConfig, ESTrainer
-    from esopt.es.history import weights_sha256
-    from esopt.eval.episodes import EpisodeSpec, run_episodes, summarize, train_tasks
-    from esopt.eval.periodic import EVALS, EvaluatingESTrainer, PeriodicEval, read_evals, with_evals
+    from esopt.hashing import weights_sha256
     from esopt.models.load import load_model_and_tokenizer
+    from esopt.runs.episodes import EpisodeSpec, run_episodes, summarize, train_tasks
+    from esopt.runs.periodic import EVALS, EvaluatingESTrainer, PeriodicEval, read_evals, with_evals
 
     engine = engine_settings(cfg, "sudoku")
     # with vLLM: the host copy the result is saved from, off the GPU the engine needs
@@ -96,7 +96,7 @@ def train_es(cfg: dict, model_dir: str, horizon: int, population: int, seed: int
         log.info("gen %d: sigma %.3g mean R %.3f max %.3f success %.3f (%.1fs)",
                  rec.generation, rec.sigma, m["mean_reward"], m["max_reward"], m["success_rate"], rec.wall_s)
 
-    # es.eval_every: evaluate on every rank after the due generations (esopt.eval.periodic)
+    # es.eval_every: evaluate on every rank after the due generations (esopt.runs.periodic)
     pool = {k: cfg["sudoku"][k] for k in ("train_pool", "train_pool_seed")} if cfg["sudoku"].get("train_pool") else {}
     evaluate = PeriodicEval(cfg, horizon, policy, tok, collective, resume_dir / EVALS) if settings.get("eval_every") else None
     trainer = (EvaluatingESTrainer if evaluate else ESTrainer)(
@@ -148,11 +148,11 @@ def train_rl(cfg: dict, model_dir: str, algo: str, sampling_profile: str, horizo
     import torch
 
     from esopt.agent.rollout import Sampling, kept_steps, write_trajectories
-    from esopt.es.history import weights_sha256
-    from esopt.eval.episodes import sudoku_rl_rollouts
+    from esopt.hashing import weights_sha256
     from esopt.models.load import load_model_and_tokenizer
     from esopt.rl.critic import build_critic
     from esopt.rl.trainer import SAMPLING_PROFILES, RLConfig, RLTrainer, method_name, rl_flops
+    from esopt.runs.episodes import sudoku_rl_rollouts
 
     r = cfg["rl"]
     # Training keeps master weights in rl.dtype (fp32: AdamW on bf16 weights loses small

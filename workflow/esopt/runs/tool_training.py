@@ -153,9 +153,10 @@ def run_es(run: ToolRun, cfg, model, policy, tok, tools, train, spec, resume_dir
     from esopt.agent.rollout import kept_steps, write_trajectories
     from esopt.config import tool_es_settings
     from esopt.es import ESConfig, ESTrainer
-    from esopt.es.history import History, weights_sha256
-    from esopt.eval.sudoku_training import load_weights
-    from esopt.eval.tool_episodes import generation_reset, run_tool_episodes, sample_batch, summarize_tool
+    from esopt.es.history import History
+    from esopt.hashing import weights_sha256
+    from esopt.runs.sudoku_training import load_weights
+    from esopt.runs.tool_episodes import generation_reset, run_tool_episodes, sample_batch, summarize_tool
 
     e = tool_es_settings(cfg, run.benchmark)
     es_cfg = ESConfig.from_settings(e, e["population"], run.seed)
@@ -218,8 +219,8 @@ def run_trace2skill(run: ToolRun, cfg, policy, tok, tools, train, spec, traj_dir
 
     from esopt.agent.rollout import kept_steps, write_trajectories
     from esopt.config import agent_section, tool_es_settings
-    from esopt.es.trainer import task_seed
-    from esopt.eval.tool_episodes import generation_reset, run_tool_episodes, sample_batch, summarize_tool
+    from esopt.es.settings import task_seed
+    from esopt.runs.tool_episodes import generation_reset, run_tool_episodes, sample_batch, summarize_tool
 
     generations = tool_es_settings(cfg, run.benchmark)["generations"]
     n = agent_section(cfg, run.benchmark)["trace2skill"]["rollouts_per_generation"]
@@ -246,9 +247,9 @@ def run_grpo(run: ToolRun, cfg, tok, model_dir, tools, train, benchmark, resume_
     from esopt.agent.rollout import Sampling, kept_steps, write_trajectories
     from esopt.agent.tokens import token_rollout
     from esopt.config import tool_grpo_settings, tool_token_caps
-    from esopt.eval.tool_episodes import sample_batch, system_prompt
     from esopt.models.load import load_model_and_tokenizer
     from esopt.rl.trainer import RLConfig, RLTrainer
+    from esopt.runs.tool_episodes import sample_batch, system_prompt
 
     ta = cfg["tool_agents"]
     rl = tool_grpo_settings(cfg)
@@ -288,8 +289,9 @@ def train_tool_agent(run: ToolRun, cfg: dict, model_dir: str, data_dir: str, res
     import transformers
 
     from esopt.config import agent_section
-    from esopt.es.history import weights_sha256
-    from esopt.eval.tool_episodes import (
+    from esopt.hashing import weights_sha256
+    from esopt.models.load import load_model_and_tokenizer, load_tokenizer
+    from esopt.runs.tool_episodes import (
         ToolEpisodeSpec,
         episode_envs,
         host_device,
@@ -298,7 +300,6 @@ def train_tool_agent(run: ToolRun, cfg: dict, model_dir: str, data_dir: str, res
         rollout_policy,
         site_reset,
     )
-    from esopt.models.load import load_model_and_tokenizer, load_tokenizer
 
     if run.method not in METHODS:
         raise ValueError(f"--method {run.method!r}: expected one of {METHODS}")

@@ -1,1 +1,0 @@
-"""Running episodes of a benchmark and summarizing them."""
