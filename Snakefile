@@ -48,7 +48,7 @@ onstart:
 
 # The model checks warn in their logs; say it again where nobody can miss it.
 onsuccess:
-    from esopt.eval.checks import outside_message
+    from esopt.runs.checks import outside_message
 
     for _f in sorted(Path(R, "checks").glob("*.json")):
         for _r in json.loads(_f.read_text()).get("rows", []):

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "workflow"))
 
 from esopt.config import es_settings, load_config  # noqa: E402
 from esopt.es import ESConfig, ESTrainer  # noqa: E402
-from esopt.eval.episodes import EpisodeSpec, run_episodes, summarize  # noqa: E402
+from esopt.runs.episodes import EpisodeSpec, run_episodes, summarize  # noqa: E402
 
 
 def qwen3_model(config: str, steps: int, overrides: list[str], model_dir: Path) -> None:

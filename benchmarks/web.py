@@ -97,8 +97,8 @@ def model_run(model_dir: str, config: str, tasks, in_flight: int, threads: int) 
     import torch
 
     from esopt.config import load_config
-    from esopt.eval.tool_episodes import ToolEpisodeSpec, episode_envs, run_tool_episodes
     from esopt.models.load import load_model_and_tokenizer
+    from esopt.runs.tool_episodes import ToolEpisodeSpec, episode_envs, run_tool_episodes
 
     torch.set_num_threads(threads)
     cfg = load_config(config)
