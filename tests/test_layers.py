@@ -3,7 +3,7 @@
 from esopt.provenance.imports import all_modules, direct_dependencies, module_file
 
 # bottom to top; the root modules (esopt.config, esopt.io, esopt.seeding, ...) are below all
-LAYERS = ["es", "envs", "agent", "rl", "prompt", "ahd", "models", "runs", "provenance", "cluster", "report", "cli"]
+LAYERS = ["spec", "es", "envs", "agent", "rl", "prompt", "ahd", "models", "runs", "provenance", "cluster", "report", "cli"]
 
 
 def layer(module: str) -> int:
