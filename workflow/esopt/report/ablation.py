@@ -1,6 +1,6 @@
 """The σ_T ablation: held-out success at one H* of ESOpt (cosine σ to σ_T > 0), ESOpt
-with σ_T = 0 and Vanilla ES (constant σ), beside the paper's (Sudoku H*=15: ESOpt
-53.13%, σ_T = 0 28.13%)."""
+with σ_T = 0 and Vanilla ES (constant σ), beside the paper's
+(config key reference.sigma_ablation)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Population sensitivity: final held-out success of ESOpt against the population size
-G, one line per model, beside the paper's (Qwen3.5-4B 2.95% at G=8 vs 22.92% at G=16;
-Qwen3.5-9B 30.21% at both)."""
+G, one line per model, beside the paper's
+(config key reference.population)."""
 
 from __future__ import annotations
 

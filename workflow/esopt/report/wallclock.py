@@ -1,6 +1,6 @@
 """Wall clock of the training runs (DIR/budget.json of every ES and RL run): total
 hours and seconds per step by method and H*, and the time relative to ESOpt beside the
-paper's (H*=15 on 4 GPUs: ESOpt 9.4 h at G=32 vs GRPO 19.0 h)."""
+paper's (config key reference.wall_clock_h)."""
 
 from __future__ import annotations
 
