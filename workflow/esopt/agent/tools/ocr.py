@@ -22,8 +22,8 @@ Threads: RapidOCR's sessions take `intra_op_num_threads`/`inter_op_num_threads`
 (config.yaml Global section, passed as RapidOCR(**kwargs) and copied to the Det,
 Cls and Rec sessions); `threads=1` (the default) sets both to 1, because the
 pipeline runs jobs side by side on few cores (RapidOCR ignores values above
-os.cpu_count()). Measured: CPU time per image equals wall time, so OpenCV's own
-pool in pre-processing adds nothing noticeable on these small images.
+os.cpu_count()). OpenCV's own pool in pre-processing is left alone: on these small
+images it adds nothing (docs/tool_agents.md, OCR).
 
 Spaces: the PP-OCRv4 recogniser often drops the space between English words
 ("InvoiceNo:INV-4821"). For rapidocr, spaces are put back where the image has a
@@ -32,8 +32,8 @@ wide (character positions from RapidOCR's word boxes, gaps from the ink profile 
 the line); inside numbers, dates and codes (digits, '.', ',', '-', '/') only at
 1.6 x that gap (a tabular '1' has wide side bearings); never before closing
 punctuation or after an opening one. Spaces the model did emit are kept. On
-rendered documents this turns "InvoiceNo:" back into "Invoice No:" and made every
-multi-word answer come back verbatim (esopt.envs.docvqa has the numbers).
+rendered documents this turns "InvoiceNo:" back into "Invoice No:" (how often answers
+come back verbatim: docs/tool_agents.md, OCR).
 """
 
 from __future__ import annotations

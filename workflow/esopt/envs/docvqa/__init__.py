@@ -10,13 +10,9 @@ Two sources of tasks:
 - `render_documents`: synthetic forms, receipts and small tables drawn here with PIL
   (600x400 grayscale PNGs, DejaVu Sans 24 px when the system or matplotlib has it,
   else Pillow's built-in scalable font). Every answer is a string printed in the
-  image, found by its label ("Invoice No:", "TOTAL", a row and a column).
-  Measured with the rapidocr engine (1 onnxruntime thread, on one core of a 2-core
-  machine): OCR takes 0.42 s per image on average (0.65 s at most; CPU time equals
-  wall time), once per image since the tool caches. It read every answer verbatim
-  for 300 rendered documents (600 questions, seed 7, both splits); with Pillow's
-  built-in font instead of DejaVu Sans, 120 of 120. tests/test_ocr.py checks a few
-  on every run.
+  image, found by its label ("Invoice No:", "TOTAL", a row and a column), so that OCR
+  can read it (tests/test_ocr.py checks a few; OCR times and read rates:
+  docs/tool_agents.md, OCR).
   Train/test split by hash: a document is 'test' iff the first 8 hex digits of the
   sha256 of its content are divisible by 5 (`split_of`); the generator drops
   documents of the other split, so the splits are disjoint by construction.

@@ -2,7 +2,7 @@
 
 600x400 grayscale, DejaVu Sans 24 px when the system or matplotlib has it, else
 Pillow's built-in scalable font. `render_documents` writes the images, tasks.jsonl
-and manifest.json of one split (see the package docstring for OCR times).
+and manifest.json of one split.
 """
 
 from __future__ import annotations
