@@ -100,15 +100,9 @@ user namespaces (whose mounts stay locked). Uids are picked per call as
 namespace unless one process runs more than 64 calls at once. A parent killed with
 SIGKILL leaves its temporary directory behind (the call's processes die with it).
 
-Latency, measured here (2-core Linux VM, Python 3.11.7, parent as root, all ten layers
-active): `print(1)` takes a median of 22.3-22.4 ms per call over 20 calls with the
-measuring script at real-time priority (SCHED_FIFO) beside a background job that kept
-both cores busy, 32-50 ms at normal priority beside it (there noise dominates), and
-17.5 ms with isolate=False. The PID namespace's two extra processes cost about 2 ms;
-ending the code's process with os._exit (after joining its threads, running atexit
-handlers and flushing) instead of the interpreter's teardown, which in a forked process
-copies every page it touches, saves about as much. Importing numpy and sympy in the
-child adds about 0.4 s.
+The code's process ends with os._exit (after joining its threads, running atexit handlers
+and flushing) rather than the interpreter's teardown, which in a forked process copies
+every page it touches (the cost of a call: docs/tool_agents.md, Python sandbox latency).
 """
 
 from __future__ import annotations
