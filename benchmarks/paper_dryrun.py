@@ -10,8 +10,8 @@ a minute; the memory estimate of a whole job is esopt preflight's.
     python benchmarks/paper_dryrun.py [--text KEY=VALUE ...] [--json OUT]
 
 Qwen3.5-4B's numbers: hidden 2560, 32 layers (8 x [3 Gated DeltaNet, 1 full attention]),
-16 query / 4 key-value heads of 256, FFN 9216, vocabulary 248,320 (apxml.com/models/qwen35-4b,
-read 2026-12-03). Not found in any source this project could read, so transformers'
+16 query / 4 key-value heads of 256, FFN 9216, vocabulary 248,320 (apxml.com/models/qwen35-4b;
+docs/engine.md has the run). Not found in any source this project could read, so transformers'
 Qwen3_5TextConfig defaults: linear attention 16 key heads and 32 value heads of 128, conv
 kernel 4; the vision tower (Qwen3_5VisionConfig defaults: depth 27, width 1152, with
 out_hidden_size set to the text width). Tied embeddings assumed (as Qwen3-4B; an untied
