@@ -131,8 +131,7 @@ def render_documents(out_dir: str | os.PathLike, n: int, seed: int, split: str,
     byte for byte, on one machine) and a shorter call is a prefix of a longer one.
     Files are written atomically, manifest.json last; a call on a complete out_dir of
     the same (seed, split, n, questions_per_image) reuses it, and on a different one
-    raises rather than overwrite it. OCR time: see the esopt.envs.docvqa docstring
-    (about 0.42 s per image with rapidocr on one thread)."""
+    raises rather than overwrite it. OCR time per image: docs/tool_agents.md, OCR."""
     split = canonical_split(split)
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be an int >= 0, got {n!r}")

@@ -37,7 +37,7 @@ from esopt.envs.web.sites.db import build_template
 
 log = logging.getLogger(__name__)
 
-START_TIMEOUT_S = 60.0  # the server process prints its ports well within this (measured: ~0.5 s)
+START_TIMEOUT_S = 60.0  # the server process prints its ports well within this (it starts in under a second)
 
 
 @dataclass
