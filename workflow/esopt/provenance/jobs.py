@@ -26,7 +26,6 @@ from typing import Any
 
 from esopt.config import (
     ES_GRID_KEYS,
-    agent_section,
     ahd_budget,
     engine_settings,
     es_settings,
@@ -36,13 +35,11 @@ from esopt.config import (
     section,
     sudoku_settings,
     tool_data_spec,
-    tool_episode_settings,
-    tool_es_settings,
-    tool_grpo_settings,
     without,
 )
 from esopt.provenance.find import flag_value
 from esopt.provenance.imports import code_files as _imported_files
+from esopt.spec.agents import AgentTraining, agent_episodes, block_name, vllm_engine
 
 Config = dict[str, Any]
 
@@ -56,22 +53,12 @@ class Job:
     flags: dict[str, str] = field(default_factory=dict)  # key -> command-line flag; a flag without value is a bool
 
 
-def _train_agent(c: Config, method: str, benchmark: str) -> dict[str, Any]:
-    ta = agent_section(c, benchmark)
-    if method == "grpo":
-        return {"rl": without(tool_grpo_settings(c), ("ppo",)), "episode": tool_episode_settings(c)}
-    out = {"es": without(tool_es_settings(c, benchmark), ("revert",)), "episode": tool_episode_settings(c, benchmark)}
-    out |= _vllm_engine(c, benchmark)
-    if "trace2skill" in method:
-        out["trace2skill"] = ta.get("trace2skill")
-    return out
-
-
-def _vllm_engine(c: Config, benchmark: str) -> dict[str, Any]:
-    """The engine of an agent benchmark's ES and evaluation rollouts when it is vLLM (sampled
-    replies differ between engines); absent for HF, so the settings of HF jobs stay as they were."""
-    e = engine_settings(c, benchmark)
-    return {} if e["name"] == "hf" else {"engine": e}
+def _agent_episodes(c: Config, benchmark: str | None = None) -> dict[str, Any]:
+    """The episode settings of an agent benchmark (esopt.spec.agents); a config without the
+    benchmark's block runs no such job and gives {} (web) or {"tools": {}}."""
+    if not section(c, block_name(benchmark)):
+        return {} if benchmark == "web" else {"tools": {}}
+    return agent_episodes(c, benchmark).settings()
 
 
 def _search_heuristics(c: Config, task: str, search: str, budget: int | str, es: bool) -> dict[str, Any]:
@@ -129,17 +116,18 @@ JOBS: dict[str, Job] = {
                         {"benchmark": "--benchmark", "set": "--set"}),
     "build-tool-model": Job("tool_agents.model (not expect) and the episode settings",
                             lambda c: {"model": _without_expect(section(c, "tool_agents").get("model")),
-                                       "episode": tool_episode_settings(c)}),
+                                       "episode": _agent_episodes(c)}),
     "train-agent": Job("the method's tool_agents settings on the benchmark, the episode settings, the engine when vLLM",
-                       _train_agent, {"method": "--method", "benchmark": "--benchmark"}),
+                       lambda c, method, benchmark: AgentTraining.from_config(c, method, benchmark).settings(),
+                       {"method": "--method", "benchmark": "--benchmark"}),
     "build-web-model": Job("web.model (not expect), web.train and the web episode settings",
                            lambda c: {"model": _without_expect(section(c, "web").get("model")),
                                       "train": section(c, "web").get("train"),
-                                      "episode": tool_episode_settings(c, "web")}),
+                                      "episode": _agent_episodes(c, "web")}),
     "evaluate-agent": Job("the block's evaluate and episode settings (tool_agents; web), the engine when vLLM",
-                          lambda c, benchmark=None: {"evaluate": agent_section(c, benchmark or "").get("evaluate"),
-                                                     "episode": tool_episode_settings(c, benchmark)}
-                          | _vllm_engine(c, benchmark or ""),
+                          lambda c, benchmark=None: {"evaluate": section(c, block_name(benchmark)).get("evaluate"),
+                                                     "episode": _agent_episodes(c, benchmark)}
+                          | vllm_engine(c, benchmark or ""),
                           {"benchmark": "--benchmark"}),
     "build-ahd-model": Job("ahd.model (not expect), the task names, ahd.response, ahd.eoh.parents_e",
                            lambda c: {"model": _without_expect(section(c, "ahd").get("model")),
