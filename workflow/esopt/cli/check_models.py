@@ -4,10 +4,10 @@
 population_study.models, tool_agents.model or ahd.model. The summaries are what the
 pipeline measured of that base (esopt.runs.checks says which, per kind: held-out
 success by H*, Mean@k by evaluation set, the writer's valid rate by task). Each key of
-`expect` (the interval README states for any machine) is compared with them; FILE.json
+`expect` (the interval for any machine, docs/tiny_recipe.md) is compared with them; FILE.json
 gets one row per key (value, expected, within) and `all_within`. Outside an interval
 it warns loudly, here and at the end of the Snakemake run; it does not fail the run,
-since the results are still real, only not README's.
+since the results are still real, only not comparable with the documented ones.
 """
 
 from __future__ import annotations

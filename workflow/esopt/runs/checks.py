@@ -1,9 +1,9 @@
-"""Does a tiny base land where README says it should, on this machine?
+"""Does a tiny base land where its config block says it should, on this machine?
 
 A tiny warm start is chaotic: another CPU's float rounding, like another seed, can
 send it to another basin (docs/tiny_recipe.md). Each tiny model's config block states
-the quality to expect of it on any machine (`expect`, the interval README gives, from
-several warm-start seeds); these checks compare the pipeline's own measurement of the
+the quality to expect of it on any machine (`expect`, intervals from several warm-start
+seeds: docs/tiny_recipe.md); these checks compare the pipeline's own measurement of the
 base against it, so a user whose base fell outside learns it before reading any figure
 built on that base.
 
