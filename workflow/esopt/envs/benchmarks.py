@@ -1,41 +1,80 @@
-"""The agent benchmarks' environments, by name: each one's module, task class and environment
-class (the tool benchmarks, math and docvqa, in the tool_agents block; web in its own). Modules are named in full so that the pipeline sees them as imported
-(esopt.provenance.imports) while only the benchmark a job runs is loaded."""
+"""The agent benchmarks by name: each one is a package under esopt.envs whose __init__
+exports a `Benchmark` record (`BENCHMARK`), and commands, rules and demonstrations look
+benchmarks up here instead of branching on their names.
+
+`PACKAGES` names each benchmark's package in full, so that the names are known without
+importing any benchmark (the Snakefile stays light) and esopt.provenance.imports counts
+the packages as code of the commands that look benchmarks up; `get(name)` imports only
+the package of the benchmark a job runs. docs/benchmarks.md shows how to add one.
+"""
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-# benchmark -> (its module, its task class, its environment class)
-TOOL_BENCHMARKS = {"math": ("esopt.envs.math", "MathTask", "MathEnv"),
-                   "docvqa": ("esopt.envs.docvqa", "DocTask", "DocVQAEnv")}
-AGENT_BENCHMARKS = {**TOOL_BENCHMARKS, "web": ("esopt.envs.web", "WebTask", "WebEnv")}
-BENCHMARKS = tuple(AGENT_BENCHMARKS)
+# benchmark -> its package, which exports BENCHMARK
+PACKAGES = {"math": "esopt.envs.math", "docvqa": "esopt.envs.docvqa", "web": "esopt.envs.web"}
+BENCHMARKS = tuple(PACKAGES)
 
-
-def check(benchmark: str) -> None:
-    if benchmark not in BENCHMARKS:
-        raise ValueError(f"benchmark {benchmark!r}: expected one of {BENCHMARKS}")
+Config = Mapping[str, Any]
 
 
-def env_module(benchmark: str) -> ModuleType:
-    check(benchmark)
-    return importlib.import_module(AGENT_BENCHMARKS[benchmark][0])
+@dataclass(frozen=True)
+class Benchmark:
+    """What the pipeline needs of one agent benchmark."""
+
+    name: str
+    block: str  # where its config block is: tool_agents.benchmarks.NAME (a tool benchmark) or web
+    task_class: type  # a dataclass, one row of DIR/tasks.jsonl
+    env_class: type  # the environment (tool benchmarks: wrapped in esopt.agent.react's ReAct protocol)
+    instructions: Callable[[Config | None], str]  # the task instructions (system prompt's start) under a config
+    # prepare-data: (set name: train or an eval set, its spec from the config block, the data
+    # directory to write images into, the config) -> the set's tasks
+    load_set: Callable[[str, Mapping[str, Any], Path, Config], list[Any]]
+    data_seed: Callable[[Config, Mapping[str, Any]], int]  # (config, set spec) -> the seed a set is made from
+    metric: str  # what an episode's score (its reward) is, in words
+    # (tasks, trajectories) -> the benchmark's own keys of an evaluation summary (web: by_site)
+    summary: Callable[[Sequence[Any], Sequence[Any]], dict[str, Any]] | None = None
+    # prepare-data, after the tasks are written: (tasks, the benchmark's tools) (DocVQA: OCR reads every image once)
+    prepare: Callable[[Sequence[Any], Sequence[Any]], None] | None = None
+    # the tool benchmarks' expert (the tiny tool model's demonstrations, esopt.models.demonstrations.tools):
+    # (task, tools) -> its tool calls, and (task, the last tool output) -> its answer, or None to drop the task
+    expert_actions: Callable[[Any, Sequence[Any]], list[str]] | None = None
+    expert_answer: Callable[[Any, str], str | None] | None = None
+
+    @property
+    def section(self) -> str:
+        """The top-level config section of its block: tool_agents or web."""
+        return self.block.split(".")[0]
 
 
-def task_class(benchmark: str) -> type:
-    return getattr(env_module(benchmark), AGENT_BENCHMARKS[benchmark][1])
+def check(name: str) -> None:
+    if name not in PACKAGES:
+        raise ValueError(f"benchmark {name!r}: expected one of {BENCHMARKS}")
 
 
-def env_class(benchmark: str) -> type:
-    return getattr(env_module(benchmark), AGENT_BENCHMARKS[benchmark][2])
+def get(name: str) -> Benchmark:
+    """The benchmark `name`, importing its package (and no other benchmark's)."""
+    check(name)
+    b = importlib.import_module(PACKAGES[name]).BENCHMARK
+    if b.name != name:
+        raise ValueError(f"{PACKAGES[name]}.BENCHMARK is named {b.name!r}, not {name!r}")
+    return b
 
 
-def instructions(benchmark: str, cfg: dict | None = None) -> str:
-    """The benchmark's task instructions (the first part of the system prompt); web's in the
-    config's web.prompt_style."""
-    if benchmark == "web":
-        w = (cfg or {}).get("web") or {}
-        return env_module(benchmark).instructions(w.get("prompt_style", "full"), w.get("observation", "axtree"))
-    return env_module(benchmark).instructions()
+def task_class(name: str) -> type:
+    return get(name).task_class
+
+
+def env_class(name: str) -> type:
+    return get(name).env_class
+
+
+def instructions(name: str, cfg: Config | None = None) -> str:
+    """The benchmark's task instructions (the first part of the system prompt) under `cfg`
+    (web: its web.prompt_style and web.observation)."""
+    return get(name).instructions(cfg)

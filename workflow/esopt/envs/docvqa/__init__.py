@@ -29,6 +29,7 @@ Modules:
   env       DocVQAEnv, instructions, NO_ANSWER_FEEDBACK
 """
 
+from esopt.envs.docvqa.benchmark import BENCHMARK
 from esopt.envs.docvqa.env import NO_ANSWER_FEEDBACK, DocVQAEnv, instructions
 from esopt.envs.docvqa.generate import FORM_TITLES, split_of
 from esopt.envs.docvqa.load import load_docvqa
@@ -38,6 +39,7 @@ from esopt.envs.docvqa.tasks import DocTask
 from esopt.envs.hub_data import HubUnavailableError
 
 __all__ = [
+    "BENCHMARK",
     "FORM_TITLES",
     "NO_ANSWER_FEEDBACK",
     "DocTask",

@@ -34,6 +34,7 @@ Modules:
   deps        dependency checks with install hints
 """
 
+from esopt.envs.web.benchmark import BENCHMARK
 from esopt.envs.web.actions import Action, ActionError, parse_action
 from esopt.envs.web.deps import WebDependencyError
 from esopt.envs.web.env import WebEnv, WebRuntime
@@ -45,6 +46,7 @@ from esopt.envs.web.tasks import TaskFormatError, WebTask, load_tasks, resolve_u
 from esopt.envs.web.templates import TEMPLATES, generate_tasks, split_of
 
 __all__ = [
+    "BENCHMARK",
     "TEMPLATES",
     "Action",
     "ActionError",

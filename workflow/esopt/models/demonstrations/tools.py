@@ -21,54 +21,25 @@ from tqdm.auto import tqdm
 from esopt.agent.react import make_react_env
 from esopt.agent.rollout import Trajectory, Turn, build_messages
 from esopt.agent.tools import Tool
+from esopt.envs.benchmarks import get
 from esopt.seeding import derive_seed
 
 log = logging.getLogger(__name__)
 
 
-def expert_actions(benchmark: str, task: Any, tools: Sequence[Tool]) -> list[str]:
-    """The expert's tool call for a task (the answer follows from its output: see
-    `demonstrations`). Math: the program that computes the answer. DocVQA: OCR for the
-    label printed before the answer on its line ("Invoice No" for "Invoice No: INV-4821"),
-    which returns that line alone; the whole text when the answer starts its line."""
-    if benchmark == "math":
-        from esopt.envs.math import reference_code
-
-        return [f"<python>{reference_code(task)}</python>"]
-    ocr = next(t for t in tools if t.name == "ocr")
-    for line in ocr("", task).splitlines():
-        for a in task.answers:
-            i = line.lower().find(a.lower()) if a else -1
-            label = line[:i].strip().rstrip(":").strip() if i > 0 else ""
-            if label:
-                return [f"<ocr>{label}</ocr>"]
-    return ["<ocr></ocr>"]
-
-
-def _answer_from(benchmark: str, task: Any, observation: str) -> str | None:
-    """The answer the expert gives after seeing the tool output, or None to drop the task."""
-    if benchmark == "math":
-        lines = observation.strip().splitlines()
-        return lines[-1].strip() if lines and lines[-1].strip() == str(task.answer) else None
-    text = observation.lower()
-    for a in task.answers:
-        i = text.find(a.lower())
-        if a and i >= 0:
-            return observation[i:i + len(a)]  # as OCR spelled it
-    return None
-
-
 def demonstrations(benchmark: str, tasks: Sequence[Any], tools: Sequence[Tool], system: str,
                    mistake_prob: float, seed: int, history_turns: int | None = None,
                    progress: bool = True) -> Iterator[list[dict[str, str]]]:
-    """Chat transcripts ending in an expert reply, along expert episodes of the real tools."""
+    """Chat transcripts ending in an expert reply, along expert episodes of the real tools
+    (the benchmark's expert: esopt.envs.benchmarks.Benchmark.expert_actions, expert_answer)."""
+    bench = get(benchmark)
     rng = random.Random(derive_seed("tool-demos", benchmark, seed))
     kept = 0
     for task in tqdm(tasks, desc=f"{benchmark} demonstrations", disable=not progress):
         env = make_react_env(benchmark, tools, None)
         traj = Trajectory(getattr(task, "id", ""), system, env.reset(task))
         transcripts = []
-        for action in expert_actions(benchmark, task, tools):
+        for action in bench.expert_actions(task, tools):
             if rng.random() < mistake_prob:
                 bad = action.rsplit("</", 1)[0]  # an unclosed call
                 obs, _, _, _ = env.step(bad)
@@ -76,7 +47,7 @@ def demonstrations(benchmark: str, tasks: Sequence[Any], tools: Sequence[Tool], 
             transcripts.append(build_messages(traj, history_turns) + [{"role": "assistant", "content": action}])
             obs, _, _, _ = env.step(action)
             traj.turns.append(Turn(action, obs, 0.0))
-        answer = _answer_from(benchmark, task, traj.turns[-1].observation)
+        answer = bench.expert_answer(task, traj.turns[-1].observation)
         if answer is None:
             continue
         reply = f"Answer: {answer}"
