@@ -98,7 +98,7 @@ def outside_message(row: dict[str, Any], source: str) -> str:
     """The banner for a row outside its interval (the check's log and the end of the run)."""
     return (f"\n{BANNER}\nWARNING: base model {row['model']} scored {row['metric']} {row['value']:.3f} at {row['where']}, "
             f"outside the expected [{row['expected'][0]:.3f}, {row['expected'][1]:.3f}] ({source}).\n"
-            "Results built on this base are not comparable with README's: see docs/tiny_recipe.md\n"
+            "Results built on this base are not comparable with the documented ones: see docs/tiny_recipe.md\n"
             f"(Is the base reproducible?) before reading them.\n{BANNER}")
 
 
