@@ -17,17 +17,10 @@ apply therefore stores only what revert cannot infer:
   element where that is not θ bit for bit ("escapes": rare ties in bf16/fp16,
   non-finite values, dtypes other than fp32/bf16/fp16).
 
-θ' and update() are bitwise what the earlier scheme gave, which stored (int32 index,
-original value) wherever c ≠ θ. The work runs piece by piece in reused scratch
-buffers, so the transient memory is the fp32 noise chunk (4 bytes × min(CHUNK,
-tensor size), fixed by the noise definition) plus 13 bytes per piece element (bf16).
-
-Measured with benchmarks/perturb_memory.py (100M-parameter bf16 model, N(0, 0.02)
-weights, CPU, 1 thread), σ = 1e-3 / 5e-4 / 2.5e-4, earlier scheme in brackets:
-held while perturbed 0.69% / 0.40% / 0.23% of the model's bytes, i.e. 0.11 / 0.064 /
-0.036 bits per parameter (13.9% / 8.2% / 4.7%); peak extra RSS of apply 32% / 29% /
-26% (180% / 129% / 125%), of which the noise chunk is 17%; apply + revert 2.2 / 1.8 /
-1.6 s (1.3 / 1.0 / 1.0 s). update with 32 seeds: 34% (100%), two noise chunks.
+The work runs piece by piece in reused scratch buffers, so the transient memory is the
+fp32 noise chunk (4 bytes × min(CHUNK, tensor size), fixed by the noise definition) plus
+13 bytes per piece element (bf16). What it holds and costs: docs/es_core.md, Exact revert
+(benchmarks/perturb_memory.py).
 """
 
 from __future__ import annotations
