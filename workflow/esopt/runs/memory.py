@@ -9,14 +9,13 @@ library overhead are not counted. Where VmHWM cannot be reset, a sampling thread
 (every 2 ms) stands in and says so.
 
 On CPU, glibc keeps freed heap memory and raises its mmap threshold after the first
-large free, so resident memory also counts what the allocator retained: measured on
-the 104M probe, the same ES step peaked 61 MiB or 84 MiB above load from run to run
-(inference: 51 MiB). `exact_allocator()` pins the mmap threshold at 64 KiB, so large
-blocks go back to the system when freed and the CPU peak counts live memory, like
-CUDA's max_memory_allocated (ES 40 MiB, inference 31 MiB above load).
-Free memory the allocator still holds is resident yet reusable without a page fault,
-so a block could allocate 64 MiB and raise RSS by 0 (seen in CI after earlier
-tests); `PeakMemory` therefore trims the heap (`malloc_trim`) before it starts.
+large free, so resident memory also counts what the allocator retained, and the same
+step's peak varies from run to run. `exact_allocator()` pins the mmap threshold at
+64 KiB, so large blocks go back to the system when freed and the CPU peak counts live
+memory, like CUDA's max_memory_allocated. Free memory the allocator still holds is
+resident yet reusable without a page fault, so a block could allocate memory without
+raising RSS; `PeakMemory` therefore trims the heap (`malloc_trim`) before it starts.
+(The numbers: docs/results_tiny.md, Training memory.)
 """
 
 from __future__ import annotations
