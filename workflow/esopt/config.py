@@ -21,10 +21,8 @@ SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.y
 # The most blanks a Sudoku puzzle of each board size may have: what the generator
 # (esopt.envs.sudoku) reaches. It blanks the cells of a random full grid in random order,
 # keeping a blank only while the solution stays unique, so it stops short of the fewest
-# clues a unique puzzle can have (4x4: 4, 6x6: 8, 9x9: 17). Measured over 2000, 300 and 60
-# grids: every 4x4 grid reaches 11 blanks and 84% reach 12; 78% of 6x6 grids reach 26, 23%
-# reach 27, none 28; 45% of 9x9 grids reach 57, 8% reach 58, hardly any more. At these
-# bounds a puzzle of one split takes at most ~35 grids (~0.1 s on 6x6, ~0.3 s on 9x9).
+# clues a unique puzzle can have (4x4: 4, 6x6: 8, 9x9: 17). How often grids reach each
+# bound, measured: docs/sudoku_and_models.md.
 SUDOKU_MAX_BLANKS = {4: 12, 6: 27, 9: 57}
 
 
