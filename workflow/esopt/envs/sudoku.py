@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from esopt.config import SUDOKU_MAX_BLANKS
 
 BOX = {4: (2, 2), 6: (2, 3), 9: (3, 3)}  # board size -> box (rows, columns)
-MAX_BLANKS = SUDOKU_MAX_BLANKS  # the most blanks this generator reaches (measured: esopt.config)
+MAX_BLANKS = SUDOKU_MAX_BLANKS  # the most blanks this generator reaches (measured: docs/sudoku_and_models.md)
 MAX_FAILED_ATTEMPTS = 2000  # consecutive rejected candidates before giving up
 MAX_SHORT_REMOVALS = 100  # consecutive grids that do not reach the blanks asked for: give up at once
 
