@@ -66,7 +66,7 @@ rule search_heuristics:
         '--rule {rule} --wildcards "{params.wildcards}" > {log} 2>&1'
 
 
-# Does the tiny writer land in the valid rate README states for any machine
+# Does the tiny writer land in the valid rate its config block states for any machine
 # (ahd.model.expect, by task)? Measured on its Sample runs without ES at the smallest
 # budget, every repetition. Warns loudly when not; never fails the run.
 AHD_EXPECT = (AHD.get("model") or {}).get("expect") if AHD_MODEL_BUILT else None

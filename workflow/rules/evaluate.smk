@@ -69,7 +69,7 @@ rule evaluate_rl:
         "--rule {rule} > {log} 2>&1"
 
 
-# Does the base land in the interval README states for any machine (model.expect)?
+# Does the base land in the interval its config block states for any machine (model.expect)?
 # Warns loudly (here and at the end of the run) when it does not; never fails the run.
 rule check_models:
     input:

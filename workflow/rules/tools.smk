@@ -13,7 +13,7 @@ def train_agent_env(wc):
 rule prepare_data:
     input:
         config=ancient(CONFIGFILE),  # reruns follow the config sections in params
-        code=code("prepare-data"),
+        code=lambda wc: code("prepare-data", [wc.benchmark]),
     output:
         data=directory(f"{R}/data/{{benchmark}}/{{dataset}}"),
     params:
@@ -36,11 +36,11 @@ if TOOL_MODEL_BUILT:
         input:
             config=ancient(CONFIGFILE),
             data=expand(f"{R}/data/{{benchmark}}/train", benchmark=TOOL_BENCHMARKS),
-            code=code("build-tool-model"),
+            code=code("build-model", TOOL_BENCHMARKS),
         output:
             model=directory(TOOL_MODEL_DIR),
         params:
-            settings=settings("build-tool-model"),
+            settings=settings("build-model", target="tools"),
             data=lambda wc, input: " ".join(f"--data {b}={d}" for b, d in zip(TOOL_BENCHMARKS, input.data)),
         log:
             f"{LOGS}/build_tool_model/{TOOL_MODEL}.log",
@@ -48,7 +48,7 @@ if TOOL_MODEL_BUILT:
         conda:
             "../../envs/esopt.yaml"
         shell:
-            "esopt build-tool-model --config {input.config} {params.data} --out {output.model} --rule {rule} > {log} 2>&1"
+            "esopt build-model --for tools --config {input.config} {params.data} --out {output.model} --rule {rule} > {log} 2>&1"
 
 
 # One training run of a tool agent: esopt (Agentic ESOpt), esopt_trace2skill (co-evolution on
@@ -58,7 +58,7 @@ rule train_agent:
         config=ancient(CONFIGFILE),
         model=TOOL_MODEL_DIR,
         data=f"{R}/data/{{benchmark}}/train",
-        code=code("train-agent"),
+        code=lambda wc: code("train-agent", [wc.benchmark]),
     output:
         run=directory(f"{R}/train/{{agent_method}}/{TOOL_MODEL}/{{benchmark}}/s{{seed}}"),
     params:
@@ -82,11 +82,11 @@ rule evaluate_agent_base:
         config=ancient(CONFIGFILE),
         model=TOOL_MODEL_DIR,
         data=f"{R}/data/{{benchmark}}/{{dataset}}",
-        code=code("evaluate-agent"),
+        code=lambda wc: code("evaluate", [wc.benchmark]),
     output:
         summary=f"{R}/eval/{TOOL_MODEL}/tools/no_skill/{{benchmark}}_{{dataset}}.json",
     params:
-        settings=settings("evaluate-agent"),
+        settings=settings("evaluate", block="tool_agents"),
         meta=lambda wc: json_arg({"method": "no_skill", "benchmark": wc.benchmark, "dataset": wc.dataset}),
     log:
         f"{LOGS}/evaluate_agent/no_skill_{{benchmark}}_{{dataset}}.log",
@@ -94,7 +94,7 @@ rule evaluate_agent_base:
     conda:
         lambda wc: engine_env(wc.benchmark)
     shell:
-        "esopt evaluate-agent --config {input.config} --benchmark {wildcards.benchmark} --model {input.model} "
+        "esopt evaluate --config {input.config} --benchmark {wildcards.benchmark} --model {input.model} "
         '--data {input.data} --out {output.summary} --meta "{params.meta}" --rule {rule} > {log} 2>&1'
 
 
@@ -106,11 +106,11 @@ rule evaluate_agent:
         run=f"{R}/train/{{agent_method}}/{TOOL_MODEL}/{{benchmark}}/s{{seed}}",
         base=TOOL_MODEL_DIR,
         data=f"{R}/data/{{benchmark}}/{{dataset}}",
-        code=code("evaluate-agent"),
+        code=lambda wc: code("evaluate", [wc.benchmark]),
     output:
         summary=f"{R}/eval/{TOOL_MODEL}/tools/{{agent_method}}/{{benchmark}}_{{dataset}}_s{{seed}}.json",
     params:
-        settings=settings("evaluate-agent"),
+        settings=settings("evaluate", block="tool_agents"),
         model=lambda wc, input: input.base if wc.agent_method == "trace2skill" else f"{input.run}/model",
         skill=lambda wc, input: f"--skill {input.run}/skill.md" if "trace2skill" in wc.agent_method else "",
         meta=lambda wc: json_arg({"method": wc.agent_method, "benchmark": wc.benchmark, "dataset": wc.dataset,
@@ -121,11 +121,11 @@ rule evaluate_agent:
     conda:
         lambda wc: engine_env(wc.benchmark)
     shell:
-        "esopt evaluate-agent --config {input.config} --benchmark {wildcards.benchmark} --model {params.model} "
+        "esopt evaluate --config {input.config} --benchmark {wildcards.benchmark} --model {params.model} "
         '{params.skill} --data {input.data} --out {output.summary} --meta "{params.meta}" --rule {rule} > {log} 2>&1'
 
 
-# Does the tiny tool model land in the Mean@k README states for any machine
+# Does the tiny tool model land in the Mean@k its config block states for any machine
 # (tool_agents.model.expect, by BENCHMARK/SET)? Warns loudly when not; never fails the run.
 TOOL_EXPECT = (TA.get("model") or {}).get("expect") if TOOL_MODEL_BUILT else None
 if TOOL_EXPECT:

@@ -7,7 +7,7 @@
 rule prepare_web_data:
     input:
         config=ancient(CONFIGFILE),  # reruns follow the config sections in params
-        code=code("prepare-data"),
+        code=code("prepare-data", ["web"]),
     output:
         data=directory(f"{R}/data/web/{{web_set}}"),
     params:
@@ -29,18 +29,18 @@ if WEB_MODEL_BUILT:
         input:
             config=ancient(CONFIGFILE),
             data=f"{R}/data/web/train",
-            code=code("build-web-model"),
+            code=code("build-model", ["web"]),
         output:
             model=directory(WEB_MODEL_DIR),
         params:
-            settings=settings("build-web-model"),
+            settings=settings("build-model", target="web"),
         log:
             f"{LOGS}/build_web_model/{WEB_MODEL}.log",
         threads: WEB["model"].get("warmstart", {}).get("threads", config["threads"])
         conda:
             "../../envs/esopt.yaml"
         shell:
-            "esopt build-web-model --config {input.config} --data {input.data} --out {output.model} "
+            "esopt build-model --for web --config {input.config} --data web={input.data} --out {output.model} "
             "--rule {rule} > {log} 2>&1"
 
 
@@ -50,7 +50,7 @@ rule train_web:
         config=ancient(CONFIGFILE),
         model=WEB_MODEL_DIR,
         data=f"{R}/data/web/train",
-        code=code("train-agent"),
+        code=code("train-agent", ["web"]),
     output:
         run=directory(f"{R}/train/{{web_method}}/{WEB_MODEL}/web/s{{seed}}"),
     params:
@@ -73,11 +73,11 @@ rule evaluate_web_base:
         config=ancient(CONFIGFILE),
         model=WEB_MODEL_DIR,
         data=f"{R}/data/web/{{web_set}}",
-        code=code("evaluate-agent"),
+        code=code("evaluate", ["web"]),
     output:
         summary=f"{R}/eval/{WEB_MODEL}/web/no_skill/{{web_set}}.json",
     params:
-        settings=settings("evaluate-agent", benchmark="web"),
+        settings=settings("evaluate", benchmark="web"),
         meta=lambda wc: json_arg({"method": "no_skill", "benchmark": "web", "dataset": wc.web_set}),
     log:
         f"{LOGS}/evaluate_web/no_skill_{{web_set}}.log",
@@ -85,7 +85,7 @@ rule evaluate_web_base:
     conda:
         "../../envs/esopt.yaml"
     shell:
-        "esopt evaluate-agent --config {input.config} --benchmark web --model {input.model} "
+        "esopt evaluate --config {input.config} --benchmark web --model {input.model} "
         '--data {input.data} --out {output.summary} --meta "{params.meta}" --rule {rule} > {log} 2>&1'
 
 
@@ -97,11 +97,11 @@ rule evaluate_web:
         run=f"{R}/train/{{web_method}}/{WEB_MODEL}/web/s{{seed}}",
         base=WEB_MODEL_DIR,
         data=f"{R}/data/web/{{web_set}}",
-        code=code("evaluate-agent"),
+        code=code("evaluate", ["web"]),
     output:
         summary=f"{R}/eval/{WEB_MODEL}/web/{{web_method}}/{{web_set}}_s{{seed}}.json",
     params:
-        settings=settings("evaluate-agent", benchmark="web"),
+        settings=settings("evaluate", benchmark="web"),
         model=lambda wc, input: input.base if wc.web_method == "trace2skill" else f"{input.run}/model",
         skill=lambda wc, input: f"--skill {input.run}/skill.md" if "trace2skill" in wc.web_method else "",
         meta=lambda wc: json_arg({"method": wc.web_method, "benchmark": "web", "dataset": wc.web_set,
@@ -112,11 +112,11 @@ rule evaluate_web:
     conda:
         "../../envs/esopt.yaml"
     shell:
-        "esopt evaluate-agent --config {input.config} --benchmark web --model {params.model} "
+        "esopt evaluate --config {input.config} --benchmark web --model {params.model} "
         '{params.skill} --data {input.data} --out {output.summary} --meta "{params.meta}" --rule {rule} > {log} 2>&1'
 
 
-# Does the tiny web model land in the success README states for any machine
+# Does the tiny web model land in the success its config block states for any machine
 # (web.model.expect, by web/SET)? Warns loudly when not; never fails the run.
 WEB_EXPECT = (WEB.get("model") or {}).get("expect")
 if WEB_EXPECT:
