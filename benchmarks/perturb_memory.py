@@ -153,7 +153,7 @@ def main(argv=None) -> None:
         fracs, helds, peaks_a, peaks_r, times = [], [], [], [], []
         for r in range(args.repeats):
             seed, scale = 1000 + r, sigma * (-1) ** r
-            pa, ta = measure(lambda: pert.apply(seed, scale), args.device)
+            pa, ta = measure(lambda seed=seed, scale=scale: pert.apply(seed, scale), args.device)
             fracs.append(pert.fixup_fraction())
             helds.append(held_bytes(pert._active))
             pr, tr = measure(pert.revert, args.device)

@@ -80,17 +80,17 @@ def main() -> None:
             p.revert()
             if any(not torch.equal(base[k], v) for k, v in model.state_dict().items()):
                 raise RuntimeError(f"{mode} revert did not restore the weights")
-            row[mode] = timed(lambda: (p.apply(1, args.sigma), p.revert()), args.repeats)
+            row[mode] = timed(lambda p=p: (p.apply(1, args.sigma), p.revert()), args.repeats)
         if any(not torch.equal(perturbed["exact"][k], perturbed["snapshot"][k]) for k in base):
             raise RuntimeError("the two reverts perturbed differently")
         params = [(name, q) for name, q in model.named_parameters()]
 
-        def noise_pass():
+        def noise_pass(params=params):
             for name, q in params:
                 for _ in noise_chunks(1, name, q.numel(), q.device):
                     pass
 
-        def naive():
+        def naive(params=params):
             for sign in (1, -1):
                 for name, q in params:
                     for a, b, eps in noise_chunks(1, name, q.numel(), q.device):
@@ -101,7 +101,7 @@ def main() -> None:
             model.load_state_dict(base)
         row["noise"] = timed(noise_pass, args.repeats)
         p = Perturber(model)
-        row["update"] = timed(lambda: p.update(list(range(args.population)), [1e-4] * args.population), 1)
+        row["update"] = timed(lambda p=p: p.update(list(range(args.population)), [1e-4] * args.population), 1)
         print(f"{size:>6s} {n / 1e6:7.1f}M {row['exact'] * 1e3:9.1f} {row['snapshot'] * 1e3:9.1f} "
               f"{row['exact'] / row['snapshot']:8.2f} {row['naive'] * 1e3:9.1f} {row['noise'] * 1e3:8.1f} "
               f"{row['update'] * 1e3:9.1f} {held['exact'] / 2**20:9.2f}MB {held['snapshot'] / 2**20:8.1f}MB",

@@ -31,7 +31,7 @@ def main(model_dir, batch_path, out_path):
         cfg = RLConfig(**case)
         critic = build_critic(policy, model_dir) if cfg.algo == "ppo" else None
 
-        def rollout_fn(policy_, task_seed, sampling_seed, group, counters, shard=(0, 1)):
+        def rollout_fn(policy_, task_seed, sampling_seed, group, counters, shard=(0, 1), fixed=fixed):
             rank, world = shard
             counters["generated_tokens"] = counters.get("generated_tokens", 0) + rank + 1  # summed over ranks
             return copy.deepcopy(fixed[rank::world])

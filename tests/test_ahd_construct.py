@@ -16,8 +16,16 @@ import pytest
 from esopt.ahd.evaluate import check_code
 from esopt.ahd.tasks.base import HeuristicTask, InstanceSpec
 from esopt.ahd.tasks.construct import (
-    ASP_BLOCKED, ASP_OPTIMA, ASP_TRIPLES, ConstructASP, ConstructKP, ConstructTSP, asp_children, asp_expand,
-    asp_greedy, asp_set_size,
+    ASP_BLOCKED,
+    ASP_OPTIMA,
+    ASP_TRIPLES,
+    ConstructASP,
+    ConstructKP,
+    ConstructTSP,
+    asp_children,
+    asp_expand,
+    asp_greedy,
+    asp_set_size,
 )
 
 AHD_DIR = Path(__file__).resolve().parents[1] / "workflow" / "esopt" / "ahd" / "tasks"

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, SMOKE
 
 from esopt.cli import audit as audit_cli
 from esopt.config import load_config
 from esopt.provenance.find import infer_root
 from esopt.provenance.record_checks import config_diff, depends_on
 from esopt.report.notebook import write_provenance
+
+from conftest import ROOT, SMOKE
 
 RUN = "results/train/es/run"
 BASE = "results/models/smoke"

@@ -12,16 +12,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import SMOKE
 
 from esopt.cli import audit as audit_cli
 from esopt.config import config_sha256
 from esopt.es.history import GenerationRecord, History
-from esopt.runs.episodes import summarize
 from esopt.provenance.code_state import Checkout
 from esopt.provenance.derived import trajectories_of
 from esopt.provenance.record import git_state
 from esopt.report.notebook import write_provenance
+from esopt.runs.episodes import summarize
+
+from conftest import SMOKE
 
 pytestmark = pytest.mark.slow
 

@@ -5,9 +5,10 @@ import subprocess
 import sys
 
 import yaml
-from conftest import SMOKE
 
 from esopt.runs.checks import check_rows, warn_outside
+
+from conftest import SMOKE
 
 
 def _config(tmp_path, expect):

@@ -83,7 +83,7 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path, smoke_model):
     for key in ("git", "config_sha256", "inputs", "packages", "device", "wall_s", "peak_rss_bytes", "seeds"):
         assert key in prov
     assert prov["seeds"] == {"es": 1} and prov["packages"]["torch"]
-    metrics = [json.loads(l) for l in (fresh / "metrics.jsonl").read_text().splitlines()]
+    metrics = [json.loads(line) for line in (fresh / "metrics.jsonl").read_text().splitlines()]
     assert [m["generation"] for m in metrics] == list(range(14))
     assert {"sigma", "mean_reward", "max_reward", "success_rate", "wall_s"} <= set(metrics[0])
 

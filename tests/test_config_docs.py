@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 import yaml
+
 from esopt import config_docs
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,10 +8,10 @@ import sys
 import pytest
 import torch
 
-from test_cli import esopt, train_args, write_config
-
 from esopt.es import ESConfig, ESTrainer, SigmaSchedule
 from esopt.es.distributed import Collective
+
+from test_cli import esopt, train_args, write_config
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,6 @@
 import json
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -67,7 +68,7 @@ def test_render_is_deterministic_and_reused(tmp_path):
     images = sorted({t.image for t in a})
     assert len(images) == 6
     for ia, ib in zip(images, sorted({t.image for t in b})):
-        assert open(ia, "rb").read() == open(ib, "rb").read()
+        assert Path(ia).read_bytes() == Path(ib).read_bytes()
     assert {t.doc_type for t in a} == {"form", "receipt", "table"}
     # tasks.jsonl: image paths relative to the directory, readable by the pipeline's loader
     rows = [json.loads(ln) for ln in (tmp_path / "a" / "tasks.jsonl").read_text().splitlines()]
@@ -95,7 +96,7 @@ def test_render_answers_are_printed_strings(tmp_path):
 def test_render_train_and_test_are_disjoint(tmp_path):
     train = render_documents(tmp_path / "train", 30, seed=0, split="train")
     test = render_documents(tmp_path / "test", 30, seed=0, split="eval")  # "eval" is "test"
-    digest = lambda tasks: {open(t.image, "rb").read() for t in tasks}  # noqa: E731
+    digest = lambda tasks: {Path(t.image).read_bytes() for t in tasks}
     assert not digest(train) & digest(test)
     assert json.loads((tmp_path / "test" / "manifest.json").read_text())["split"] == "test"
     assert split_of("anything") in ("train", "test")
@@ -136,9 +137,10 @@ def test_load_official_json(tmp_path, caplog):
 
 def test_load_parquet_writes_images(tmp_path):
     pa = pytest.importorskip("pyarrow")
+    import io
+
     import pyarrow.parquet as pq
     from PIL import Image
-    import io
 
     buf = io.BytesIO()
     Image.new("L", (40, 20), 255).save(buf, format="PNG")
@@ -152,7 +154,7 @@ def test_load_parquet_writes_images(tmp_path):
     pq.write_table(table, tmp_path / "validation-00000-of-00001.parquet")
     tasks = load_docvqa(tmp_path, image_dir=tmp_path / "images")
     assert [(t.id, t.answers) for t in tasks] == [("docvqa-q1", ("a thing",))]
-    assert open(tasks[0].image, "rb").read() == buf.getvalue()
+    assert Path(tasks[0].image).read_bytes() == buf.getvalue()
 
 
 def test_hub_offline_error_is_clear(monkeypatch, tmp_path):

@@ -11,8 +11,8 @@ from esopt.agent.engine import Completion, Sampling
 from esopt.agent.react import ReActEnv
 from esopt.agent.rollout import observation_tokens, rollout
 from esopt.config import load_config, tool_episode_settings, tool_token_caps
-from esopt.runs.tool_episodes import ToolEpisodeSpec, summarize_tool
 from esopt.models.tokenizer import qwen35_chat_template, train_tokenizer
+from esopt.runs.tool_episodes import ToolEpisodeSpec, summarize_tool
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
 CALL, ANSWER, OUTPUT = "<echo>abcdef</echo>", "Answer: 42", "fedcba"

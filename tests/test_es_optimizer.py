@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from esopt.es import ESConfig, ESTrainer, Perturber, SigmaSchedule, member_seeds, normalize_rewards, perturb
-from esopt.hashing import weights_sha256
 from esopt.es.noise import noise_chunks
+from esopt.hashing import weights_sha256
 
 
 def small_net(dtype=torch.float32, seed=0):

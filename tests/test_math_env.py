@@ -5,6 +5,7 @@ import logging
 import threading
 
 import pytest
+
 from esopt.envs.math import (
     CHECKER,
     HAVE_MATH_VERIFY,

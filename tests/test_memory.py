@@ -60,10 +60,10 @@ def test_grpo_memory_over_two_gloo_ranks_measures_each_ranks_shards(tmp_path, sm
     import subprocess
     import sys
 
-    from test_cli import write_config
-
     from esopt.models.load import load_model_and_tokenizer
     from esopt.report.memory import load_memory
+
+    from test_cli import write_config
 
     config = write_config(tmp_path, **{"rl.ranks": 2, "rl.kl_coef": 1e-3, "rl.gradient_checkpointing": True,
                                        "rl.logits_chunk": 8})

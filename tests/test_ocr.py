@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -84,7 +85,7 @@ def test_cache_hit_does_not_call_the_engine_again(docs, tmp_path, monkeypatch):
     assert len(calls) == 1 and t.stats["memory_hits"] >= 2
     # the same bytes under another name: found by hash
     copy = tmp_path / "copy.png"
-    copy.write_bytes(open(docs[0].image, "rb").read())
+    copy.write_bytes(Path(docs[0].image).read_bytes())
     assert t("", dataclasses.replace(docs[0], image=str(copy))) == first
     assert len(calls) == 1
     # a fresh tool (another job) finds the result on disk

@@ -4,13 +4,14 @@ and evaluation repeats (evaluate.repeats), on the smoke model in-process."""
 import json
 
 import pytest
-from conftest import SMOKE
 
 from esopt.config import load_config
 from esopt.es.distributed import Collective
 from esopt.runs.episodes import combine_repeats, summarize
 from esopt.runs.periodic import eval_generations
 from esopt.runs.sudoku_training import train_es
+
+from conftest import SMOKE
 
 
 def test_evaluation_generations_follow_the_authors_schedule():
@@ -113,8 +114,8 @@ def test_evaluate_repeats_the_same_puzzles_and_the_audit_recomputes_it(tmp_path,
 
 
 def test_ranks_share_the_evaluation_and_give_what_one_process_gives(tmp_path, smoke_model):
-    from esopt.runs.periodic import PeriodicEval
     from esopt.models.load import load_model_and_tokenizer
+    from esopt.runs.periodic import PeriodicEval
 
     cfg = smoke_config(train_pool=8)
     cfg["es"].update(eval_every=1, eval_train=True)

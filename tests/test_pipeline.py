@@ -20,11 +20,12 @@ from pathlib import Path
 import pandas as pd
 import psutil
 import pytest
-from conftest import ROOT, require_web
 
 from esopt.config import load_config
 from esopt.provenance import jobs
 from esopt.provenance.imports import all_modules, module_file
+
+from conftest import ROOT, require_web
 
 pytestmark = pytest.mark.slow
 

@@ -14,12 +14,13 @@ from pathlib import Path
 import huggingface_hub.constants
 import pytest
 import yaml
-from conftest import ROOT, SMOKE
 
 from esopt.cluster.memory import GIB, QWEN35, Settings, estimate, shape
 from esopt.cluster.plan import JobRequest, cost_rows, format_cost, gpus_of, measured_runtimes, parse_dry_run, request
 from esopt.cluster.preflight import check_data, check_disk, check_extras, check_models, check_slurm, preflight, report
 from esopt.config import load_config
+
+from conftest import ROOT, SMOKE
 
 REPO, REV = "Qwen/Qwen3.5-4B", "851bf6e806efd8d0a36b00ddf55e13ccb7b8cd0a"
 

@@ -5,6 +5,7 @@ import math
 
 import pandas as pd
 import pytest
+
 from esopt.report.memory import load_memory, memory_table, plot_memory
 from esopt.report.methods import load_budgets, methods_table, plot_crossover
 from esopt.report.sudoku import load_evals

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_rl import _fixed_batch
 
 from esopt.rl.critic import build_critic
 from esopt.rl.losses import token_logprobs
 from esopt.rl.sharding import enable_checkpointing, lockstep_rows
 from esopt.rl.trainer import RLConfig, RLTrainer
+
+from test_rl import _fixed_batch
 
 WORKER = Path(__file__).with_name("rl_sharded_worker.py")
 # fp32 on one thread: the two runs sum the same numbers in a different order (per-rank
@@ -124,10 +125,10 @@ def test_train_rl_under_torchrun_publishes_one_gathered_model(tmp_path, smoke_mo
     sharded checkpoint, the model gathered and published by rank 0 (about 30 s)."""
     import json
 
-    from test_cli import write_config
-
     from esopt.hashing import weights_sha256
     from esopt.models.load import load_model_and_tokenizer
+
+    from test_cli import write_config
 
     config = write_config(tmp_path, **{"rl.steps": 2, "rl.gradient_checkpointing": True, "rl.logits_chunk": 8})
     out = tmp_path / "grpo"

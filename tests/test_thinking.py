@@ -164,7 +164,7 @@ def test_with_thinking_off_the_empty_think_block_is_prompt_not_generated(qwen35_
     tok = qwen35_tok
     tr, seen, actions = _episode(tok, lambda turn, row: "r1c2=3", thinking=False, history_turns=history_turns)
     empty = tok(EMPTY_THINK, add_special_tokens=False)["input_ids"]
-    for t, (seq, gen_at, gen_end) in zip(tr.tokens, _turns_in_sequences(tr)):
+    for t, (seq, gen_at, _gen_end) in zip(tr.tokens, _turns_in_sequences(tr)):
         assert seq["ids"][gen_at - len(empty):gen_at] == empty and not any(seq["mask"][gen_at - len(empty):gen_at])
         assert THINK_OPEN not in tok.decode(t.gen_ids) and tok.decode(t.gen_ids) == "r1c2=3" + tok.eos_token
     assert sum(sum(s["mask"]) for s in tr.sequences()) == tr.generated_tokens

@@ -1,16 +1,17 @@
 """The tiny warm start's checkpoint selection on the validation split."""
 
 import torch
-from conftest import SMOKE
 
 from esopt.config import load_config
 from esopt.envs.sudoku import generate_puzzles, split_of
-from esopt.runs.episodes import validation_score
 from esopt.models.build import sft_settings
 from esopt.models.demonstrations.sudoku import SudokuDemos, demonstrations
 from esopt.models.sft import SFTSettings, supervised_fine_tune
 from esopt.models.tiny import build_tiny_model
 from esopt.models.tokenizer import train_tokenizer
+from esopt.runs.episodes import validation_score
+
+from conftest import SMOKE
 
 
 def _tiny(cfg):

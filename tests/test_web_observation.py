@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from conftest import require_web
 
 require_web()

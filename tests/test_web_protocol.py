@@ -9,6 +9,7 @@ import time
 import urllib.parse
 
 import pytest
+
 from conftest import require_web
 
 require_web()
@@ -148,7 +149,7 @@ def test_a_slow_start_page_fails_one_episode_and_its_neighbour_goes_on(runtime):
     assert done and reward == 0.0 and info["failure"] == "sites" and info["ended_by"] == "error"
     assert "start page" in info["error"] and "/shop/slow" in info["error"] and "Timeout 2000ms" in info["error"]
     assert (runtime.pool.slots[0].generation, runtime.pool.restarts) == (gen, restarts)  # nobody was killed
-    obs, _, done, info = neighbour.step("goto [%s/a]" % neighbour.site_urls["reddit"])
+    obs, _, done, info = neighbour.step(f"goto [{neighbour.site_urls['reddit']}/a]")
     assert not done and info["failed_actions"] == 0 and "Page A" in page_text(neighbour), obs
     neighbour.close()
 
@@ -181,7 +182,7 @@ def test_a_slow_page_after_the_start_fails_the_action_not_the_episode(runtime):
     env = WebEnv(runtime)
     env.reset(task())
     restarts = runtime.pool.restarts
-    obs, _, done, info = env.step("goto [%s/slow]" % env.site_urls["shopping"])
+    obs, _, done, info = env.step(f"goto [{env.site_urls['shopping']}/slow]")
     assert not done and info["failed_actions"] == 1 and "Timeout 2000ms" in obs
     assert runtime.pool.restarts == restarts
     env.close()
@@ -193,7 +194,7 @@ def test_the_start_timeout_covers_the_start_only(standin):
         env = WebEnv(rt)
         env.reset(task("__SHOPPING__/slow"))
         assert not env.done and "Slow page" in page_text(env)
-        _, _, done, info = env.step("goto [%s/slow]" % env.site_urls["reddit"])
+        _, _, done, info = env.step(f"goto [{env.site_urls['reddit']}/slow]")
         assert not done and info["failed_actions"] == 1  # actions run under the 2 s navigation timeout
         env.close()
 
@@ -208,7 +209,7 @@ def test_settle_waits_before_the_page_is_read_at_the_start_and_after_actions(run
     t = time.monotonic()
     settled.reset(task("__SHOPPING__/later"))
     assert "rendered late" in page_text(settled) and time.monotonic() - t >= 2.0
-    settled.step("goto [%s/]" % settled.site_urls["shopping"])
+    settled.step(f"goto [{settled.site_urls['shopping']}/]")
     t = time.monotonic()
     settled.step("go_back")
     assert "rendered late" in page_text(settled) and time.monotonic() - t >= 2.0
@@ -294,7 +295,7 @@ def test_a_link_or_popup_that_opens_a_tab_moves_the_agent_there(runtime):
     assert "Second page" in obs and "new tab" in obs
     obs, _, _, info = env.step("go_back")  # a new tab has no history: nothing happens, as in the harness
     assert env.page.url.endswith("/second") and info["failed_actions"] == 0
-    obs = env.step("goto [%s/]" % env.site_urls["shopping"])[0]
+    obs = env.step(f"goto [{env.site_urls['shopping']}/]")[0]
     button = next(line for line in obs.splitlines() if "Pop up third" in line)
     obs, *_ = env.step(f"click [{button.split('[')[1].split(']')[0]}]")
     assert env.page.url.endswith("/third") and len(env.page.context.pages) == 3 and "Third page" in obs

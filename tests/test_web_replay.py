@@ -25,6 +25,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+
 from conftest import Server, require_web
 
 require_web()

@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from conftest import Server
 
 from esopt.envs.web import webarena as wa
 from esopt.envs.web.evaluators import SEMANTICS_FIELD, CallableJudge, EvaluationError, call_helper, evaluate
 from esopt.envs.web.sites.server import Episode, FixedSites
 from esopt.envs.web.tasks import TaskFormatError, WebTask, load_tasks, placeholder, resolve_urls, unresolved, validate
+
+from conftest import Server
 
 # --- task files in WebArena's format ----------------------------------------------------
 
