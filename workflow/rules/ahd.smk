@@ -14,12 +14,6 @@ wildcard_constraints:
     ahd_variant="base|esopt",
 
 
-def ahd_runs():
-    return [f"{R}/ahd/{AHD_MODEL}/{t}/{s}_b{b['samples']}_{v}/r{r}"
-            for t in AHD.get("tasks", {}) for s in AHD.get("searches", []) for b in AHD.get("budgets", [])
-            for v in AHD_VARIANTS for r in AHD.get("repetitions", [])]
-
-
 # The tiny writer: tokenizer and warm start on expression-mode demonstrations of every
 # task and operator. Configs whose writer is a hub model use the main model instead.
 if AHD_MODEL_BUILT:
@@ -82,13 +76,14 @@ if AHD_EXPECT:
             check=f"{R}/checks/{AHD_MODEL}.json",
         params:
             settings=settings("check-models", name=AHD_MODEL),
+            name=AHD_MODEL,
             summaries=lambda wc, input: " ".join(f"{r}/result.json" for r in input.runs),
         log:
             f"{LOGS}/check_models/{AHD_MODEL}.log",
         conda:
             "../../envs/esopt.yaml"
         shell:
-            "esopt check-models --config {input.config} --name {AHD_MODEL} --out {output.check} "
+            "esopt check-models --config {input.config} --name {params.name} --out {output.check} "
             "--rule {rule} {params.summaries} > {log} 2>&1"
 
 

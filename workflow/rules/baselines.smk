@@ -27,6 +27,7 @@ rule train_rl:
         algo=lambda wc: RL_ALGO[wc.method],
         out=lambda wc, output: str(Path(output.budget).parent),
         wildcards=lambda wc: wildcards_json(wc),
+        launch=RL_LAUNCH,
     log:
         f"{LOGS}/train_rl/{{method}}_h{{horizon}}_s{{seed}}.log",
     threads: config["threads"] * RL_RANKS
@@ -35,7 +36,7 @@ rule train_rl:
     conda:
         "../../envs/esopt.yaml"
     shell:
-        "{RL_LAUNCH} train-rl --config {input.config} {params.algo} --benchmark sudoku --horizon {wildcards.horizon} "
+        "{params.launch} train-rl --config {input.config} {params.algo} --benchmark sudoku --horizon {wildcards.horizon} "
         "--seed {wildcards.seed} --model {input.model} "
         '--out {params.out} --rule {rule} --wildcards "{params.wildcards}" > {log} 2>&1'
 
@@ -58,12 +59,6 @@ rule build_probe_model:
     shell:
         "esopt build-model --config {input.config} --probe --tokenizer {input.tokenizer} "
         "--out {output.model} --rule {rule} > {log} 2>&1"
-
-
-# How a memory job starts: grpo / ppo as train-rl (over rl.ranks > 1: torchrun, sharded, one
-# GPU per rank), inference and es as one process on one GPU (ES memory is one replica's).
-def memory_sharded(mem_method):
-    return mem_method in ("grpo", "ppo") and RL_RANKS > 1
 
 
 # Peak memory of one real step of a method, in its own process(es); sharded: every rank's

@@ -148,7 +148,7 @@ def rl_evaluations():
 
 def training_budgets():
     """budget.json of the main grid's runs at the largest population, and of RL."""
-    es = [es_dir(*run) + "/budget.json" for run in main_es_runs(largest_population=True)]
+    es = [f"{es_dir(*run)}/budget.json" for run in main_es_runs(largest_population=True)]
     rl = expand(f"{R}/train/{{method}}/{MODEL}/sudoku/h{{horizon}}_s{{seed}}/budget.json",
                 method=RL_METHODS, horizon=HORIZONS, seed=RL_SEEDS)
     return es + rl
@@ -280,3 +280,40 @@ def preflight_or_stop(workflow):
     if problems:
         raise WorkflowError(f"preflight: {len(problems)} thing(s) missing (listed above); no job was submitted. "
                             "Fix them, or set ESOPT_SKIP_PREFLIGHT=1 to start anyway.")
+
+
+# ---- Helpers of the stage files (snakemake --lint: functions live here, rules in the stages) ----
+
+# baselines.smk
+# How a memory job starts: grpo / ppo as train-rl (over rl.ranks > 1: torchrun, sharded, one
+# GPU per rank), inference and es as one process on one GPU (ES memory is one replica's).
+def memory_sharded(mem_method):
+    return mem_method in ("grpo", "ppo") and RL_RANKS > 1
+
+
+# report.smk
+def papermill_params(**params):
+    """A notebook's parameters as one shell-quoted YAML argument (papermill -y)."""
+    def render(wildcards, input, output):
+        values = {k: (v(input, output) if callable(v) else v) for k, v in params.items()}
+        return yaml.safe_dump(values, default_flow_style=True, width=1_000_000).strip()
+    return render
+
+
+def notebook(name):
+    return str(Path(workflow.basedir) / "notebooks" / f"{name}.ipynb")
+
+
+# tools.smk
+def train_agent_env(wc):
+    """A tool training job's conda environment: envs/vllm.yaml when its benchmark's engine is
+    vLLM (config: engine.math, engine.docvqa; the evaluation rules follow the engine alone),
+    except GRPO, which rolls out in HF whatever the engine."""
+    return ENGINE_ENVS["hf"] if AGENT_METHODS[wc.agent_method] == "grpo" else engine_env(wc.benchmark)
+
+
+# ahd.smk: every run of the heuristic-design grid
+def ahd_runs():
+    return [f"{R}/ahd/{AHD_MODEL}/{t}/{s}_b{b['samples']}_{v}/r{r}"
+            for t in AHD.get("tasks", {}) for s in AHD.get("searches", []) for b in AHD.get("budgets", [])
+            for v in AHD_VARIANTS for r in AHD.get("repetitions", [])]

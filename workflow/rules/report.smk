@@ -3,18 +3,6 @@
 # rule's log, so a reader can open it, see every intermediate table, and rerun it.
 
 
-def papermill_params(**params):
-    """A notebook's parameters as one shell-quoted YAML argument (papermill -y)."""
-    def render(wildcards, input, output):
-        values = {k: (v(input, output) if callable(v) else v) for k, v in params.items()}
-        return yaml.safe_dump(values, default_flow_style=True, width=1_000_000).strip()
-    return render
-
-
-def notebook(name):
-    return str(Path(workflow.basedir) / "notebooks" / f"{name}.ipynb")
-
-
 PAPERMILL = "papermill {input.notebook} {log.notebook} -k python3 --cwd . -y {params.nb:q} > {log.stdout} 2>&1"
 TITLE = f"{config['name']}: {MODEL}, {config['sudoku']['size']}x{config['sudoku']['size']} Sudoku"
 
@@ -69,7 +57,7 @@ rule report_methods:
 # Mean reward and success per generation, with sigma_t, for ESOpt and its ablations.
 rule report_training_curves:
     input:
-        metrics=[es_dir(*run) + "/metrics.jsonl" for run in main_es_runs(largest_population=True)],
+        metrics=[f"{es_dir(*run)}/metrics.jsonl" for run in main_es_runs(largest_population=True)],
         notebook=notebook("training_curves"),
         code=code(notebook("training_curves")),
     output:

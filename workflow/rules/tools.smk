@@ -2,13 +2,6 @@
 # prompt-parameter co-evolution with Trace2Skill; config `tool_agents`.
 
 
-def train_agent_env(wc):
-    """A tool training job's conda environment: envs/vllm.yaml when its benchmark's engine is
-    vLLM (config: engine.math, engine.docvqa; the evaluation rules follow the engine alone),
-    except GRPO, which rolls out in HF whatever the engine."""
-    return ENGINE_ENVS["hf"] if AGENT_METHODS[wc.agent_method] == "grpo" else engine_env(wc.benchmark)
-
-
 # One task set of a benchmark: generated here, or loaded from local files / the hub.
 rule prepare_data:
     input:
@@ -139,12 +132,13 @@ if TOOL_EXPECT:
             check=f"{R}/checks/{TOOL_MODEL}.json",
         params:
             settings=settings("check-models", name=TOOL_MODEL),
+            name=TOOL_MODEL,
         log:
             f"{LOGS}/check_models/{TOOL_MODEL}.log",
         conda:
             "../../envs/esopt.yaml"
         shell:
-            "esopt check-models --config {input.config} --name {TOOL_MODEL} --out {output.check} "
+            "esopt check-models --config {input.config} --name {params.name} --out {output.check} "
             "--rule {rule} {input.summaries} > {log} 2>&1"
 
 

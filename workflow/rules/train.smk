@@ -21,6 +21,7 @@ rule train_es:
         variant=lambda wc: f"--variant {ES_METHODS[wc.es_method]}" if ES_METHODS[wc.es_method] else "",
         out=lambda wc, output: str(Path(output.history).parent),
         wildcards=lambda wc: wildcards_json(wc),
+        launch=ES_LAUNCH,
     log:
         f"{LOGS}/train_es/{{es_method}}_{{model}}_h{{horizon}}_g{{population}}_s{{seed}}.log",
     threads: config["threads"] * ES_RANKS
@@ -29,6 +30,6 @@ rule train_es:
     conda:
         engine_env("sudoku")
     shell:
-        "{ES_LAUNCH} train-es --config {input.config} --benchmark sudoku --horizon {wildcards.horizon} "
+        "{params.launch} train-es --config {input.config} --benchmark sudoku --horizon {wildcards.horizon} "
         "--population {wildcards.population} --seed {wildcards.seed} --model {input.model} {params.variant} "
         '--out {params.out} --rule {rule} --wildcards "{params.wildcards}" > {log} 2>&1'

@@ -130,12 +130,13 @@ if WEB_EXPECT:
             check=f"{R}/checks/{WEB_MODEL}.json",
         params:
             settings=settings("check-models", name=WEB_MODEL),
+            name=WEB_MODEL,
         log:
             f"{LOGS}/check_models/{WEB_MODEL}.log",
         conda:
             "../../envs/esopt.yaml"
         shell:
-            "esopt check-models --config {input.config} --name {WEB_MODEL} --out {output.check} "
+            "esopt check-models --config {input.config} --name {params.name} --out {output.check} "
             "--rule {rule} {input.summaries} > {log} 2>&1"
 
 
