@@ -38,6 +38,7 @@ from typing import Any
 
 from esopt.provenance.find import flag_value
 from esopt.provenance.record_checks import Check, _run_horizon
+from esopt.spec.sudoku import SudokuEpisodes
 
 _SHOWN = 3  # problems listed in one check's detail
 
@@ -129,7 +130,7 @@ def expected_outputs(rec: dict[str, Any], steps: int | None) -> tuple[list[Path]
         traj = "step" if method == "grpo" else "gen"
     elif cmd == "search-heuristics":
         files = ["result.json", "samples.jsonl"] + (["history.json"] if "--es" in argv else [])
-    elif cmd in ("evaluate", "evaluate-agent"):
+    elif cmd == "evaluate":
         return [out, out.with_suffix(".trajectories.jsonl")], []
     elif cmd in ("memory", "check-models"):
         return [out], []
@@ -162,7 +163,7 @@ class DerivedChecks:
 
         metrics = output("metrics.jsonl")
         history = None
-        hist = output("history.json") if cmd not in ("evaluate", "evaluate-agent") else None
+        hist = output("history.json") if cmd != "evaluate" else None
         if hist is not None:
             from esopt.es.history import History
 
@@ -173,13 +174,14 @@ class DerivedChecks:
         # the generations or steps made, for the trajectories kept: the history's, else one metrics line each
         steps = len(history.generations) if history is not None else _lines(metrics[1]) if metrics else None
         run("outputs", rp, lambda: self._outputs_listed(rec, outputs, steps))
-        if cmd in ("evaluate", "evaluate-agent"):
+        if cmd == "evaluate":
+            sudoku = (flag_value(rec.get("argv") or [], "--benchmark") or "sudoku") == "sudoku"
             key = outputs.get(Path(out_arg)) if out_arg else None
             tkey = outputs.get(Path(out_arg).with_suffix(".trajectories.jsonl")) if out_arg else None
             if key and tkey and res(key).is_file() and res(tkey).is_file():
-                fn = self._evaluate_summary if cmd == "evaluate" else self._agent_summary
+                fn = self._evaluate_summary if sudoku else self._agent_summary
                 run("summary", key, lambda: fn(rec, json.loads(res(key).read_text()), _jsonl(res(tkey)), res))
-                if cmd == "evaluate":
+                if sudoku:
                     run("episodes", tkey, lambda: self._evaluation_episodes(rec, _jsonl(res(tkey))))
             return checks
 
@@ -242,8 +244,8 @@ class DerivedChecks:
 
     @staticmethod
     def _es_settings(rec, history) -> tuple[str, str]:
-        from esopt.config import es_settings, tool_es_settings
         from esopt.es.settings import ESConfig
+        from esopt.spec.agents import AgentES
 
         cfg, argv, cmd = rec["config"], rec.get("argv") or [], rec["command"]
         got = dict(_plain(history.es))
@@ -251,22 +253,22 @@ class DerivedChecks:
         extra: dict[str, tuple[Any, Any]] = {}  # key -> (in the history, from the config)
         if cmd == "train-es":
             h, variant = _run_horizon(rec), flag_value(argv, "--variant")
-            settings = es_settings(cfg, h, variant)
-            want = ESConfig.from_settings(settings, int(flag_value(argv, "--population")),
+            from esopt.runs.episodes import EpisodeSpec
+            from esopt.spec.sudoku import EsRun, SudokuEpisodes
+
+            es = EsRun.from_config(cfg, h, variant)
+            want = ESConfig.from_settings(es.settings(), int(flag_value(argv, "--population")),
                                           int(flag_value(argv, "--seed"))).as_record()
             got.setdefault("update_rounding", "nearest")  # histories from before the option rounded to nearest
-            from esopt.runs.episodes import EpisodeSpec
-
-            spec = EpisodeSpec.from_config(cfg, h, settings["member_decoding"])
-            episode = {k: v for k, v in vars(spec).items() if k != "sampling"} | {"sampling": vars(spec.sampling)}
+            spec = EpisodeSpec.from_specs(SudokuEpisodes.from_config(cfg), h, es.member_decoding)
             if "episode" in history.run:
-                extra["episode"] = (history.run["episode"], _plain(episode))
-            extra["tasks_per_member"] = (history.run.get("tasks_per_member"), cfg["es"]["tasks_per_member"])
+                extra["episode"] = (history.run["episode"], _plain(spec.record()))
+            extra["tasks_per_member"] = (history.run.get("tasks_per_member"), es.tasks_per_member)
         elif cmd == "train-agent":
-            e = tool_es_settings(cfg, rec.get("benchmark") or flag_value(argv, "--benchmark"))
-            want = ESConfig.from_settings(e, e["population"], int(flag_value(argv, "--seed"))).as_record()
+            e = AgentES.from_config(cfg, rec.get("benchmark") or flag_value(argv, "--benchmark"))
+            want = ESConfig.from_settings(e.settings(), e.population, int(flag_value(argv, "--seed"))).as_record()
             got.setdefault("update_rounding", "nearest")
-            extra["tasks_per_member"] = (history.run.get("tasks_per_member"), e["tasks_per_member"])
+            extra["tasks_per_member"] = (history.run.get("tasks_per_member"), e.tasks_per_member)
         else:  # search-heuristics --es: esopt.ahd.experiment.design_heuristics
             e = cfg["ahd"]["es"]
             want = {"alpha": e["alpha"], "sigma0": e["sigma0"], "normalization": e["normalization"],
@@ -309,10 +311,10 @@ class DerivedChecks:
             s = summarize(trajs) if trajs else {}
             got = {"reward": s.get("mean_reward"), "success": s.get("success"), "mean_turns": s.get("mean_turns")}
         else:
-            from esopt.config import tool_es_settings
             from esopt.runs.tool_episodes import summarize_tool
+            from esopt.spec.agents import AgentES
 
-            n_tasks = tool_es_settings(rec["config"], rec.get("benchmark"))["tasks_per_member"]
+            n_tasks = AgentES.from_config(rec["config"], rec.get("benchmark")).tasks_per_member
             s = summarize_tool(trajs) if trajs else {}
             got = {"reward": s.get("score"), "success": s.get("success"), "mean_turns": s.get("mean_turns")}
         if len(trajs) != n_tasks:
@@ -326,15 +328,15 @@ class DerivedChecks:
         return "ok", f"generation {g.generation}: member 0's reward {g.rewards[0]:.6g} is its {len(trajs)} episodes'"
 
     def _member_episodes(self, rec, history, name: str, rows: list[dict[str, Any]]) -> tuple[str, str]:
-        from esopt.envs.sudoku import training_tasks
+        from esopt.runs.episodes import train_tasks
+        from esopt.spec.sudoku import EsRun, SudokuEpisodes
 
         g = self._generation(history, name)
         cfg = rec["config"]
         h = _run_horizon(rec)
-        s = cfg["sudoku"]
-        tasks = training_tasks(s["size"], h, cfg["es"]["tasks_per_member"], g.task_seed, s.get("train_pool"),
-                               s.get("train_pool_seed", 0))
-        bad = replay_sudoku_episodes(cfg, h, tasks, rows)
+        episodes = SudokuEpisodes.from_config(cfg)
+        tasks = train_tasks(episodes, h, EsRun.from_config(cfg).tasks_per_member, g.task_seed)
+        bad = replay_sudoku_episodes(episodes, h, tasks, rows)
         if bad:
             return "fail", f"generation {g.generation}: " + _listed(bad)
         return "ok", f"generation {g.generation}: {len(rows)} episodes replayed through the environment, as recorded"
@@ -371,13 +373,15 @@ class DerivedChecks:
 
     @staticmethod
     def _es_budget(rec, history, budget: dict[str, Any], res) -> tuple[str, str]:
-        from esopt.runs.sudoku_training import es_budget, es_method_name
         from esopt.provenance.weights import count_parameters
+        from esopt.runs.sudoku_training import es_budget
+        from esopt.spec.sudoku import EsRun
 
         argv = rec.get("argv") or []
         params = count_parameters(res(str(Path(flag_value(argv, "--out")) / "model")))
-        want = es_budget(history, params, int(flag_value(argv, "--population")), rec["config"]["es"]["tasks_per_member"],
-                         _run_horizon(rec), int(flag_value(argv, "--seed")), es_method_name(flag_value(argv, "--variant")))
+        es = EsRun.from_config(rec["config"], _run_horizon(rec), flag_value(argv, "--variant"))
+        want = es_budget(history, params, int(flag_value(argv, "--population")), es.tasks_per_member,
+                         es.horizon, int(flag_value(argv, "--seed")), es.method)
         want["ranks"] = (rec.get("ranks") or {}).get("world_size", 1)
         bad = _dict_diff(budget, _plain(want), "budget.json", "the history gives")
         bad = [b.replace("the history gives", "the record's ranks give") if b.startswith("ranks ") else b for b in bad]
@@ -411,24 +415,25 @@ class DerivedChecks:
     @staticmethod
     def _evaluate_summary(rec, summary: dict[str, Any], rows: list[dict[str, Any]], res) -> tuple[str, str]:
         from esopt.runs.episodes import combine_repeats, summarize
+        from esopt.spec.sudoku import SudokuEvaluation
 
         cfg, argv = rec["config"], rec.get("argv") or []
-        ev = cfg["evaluate"]
-        repeats = ev.get("repeats", 1)
+        ev = SudokuEvaluation.from_config(cfg)
+        repeats = ev.repeats
         h = _run_horizon(rec)
         seed = (rec.get("seeds") or {}).get("evaluate")
         bad = []
-        want_seed = int(flag_value(argv, "--seed")) if flag_value(argv, "--seed") is not None else ev["seed"]
+        want_seed = int(flag_value(argv, "--seed")) if flag_value(argv, "--seed") is not None else ev.seed
         if seed != want_seed:
             bad.append(f"the record's seed {seed}, the command ran with {want_seed}")
-        if len(rows) != ev["episodes"] * repeats:
-            bad.append(f"{len(rows)} episodes, evaluate.episodes x repeats is {ev['episodes']} x {repeats}")
+        if len(rows) != ev.episodes * repeats:
+            bad.append(f"{len(rows)} episodes, evaluate.episodes x repeats is {ev.episodes} x {repeats}")
         if any(r.get("horizon") != h for r in rows):
             bad.append(f"episodes not all at horizon {h}")
         want = {"benchmark": flag_value(argv, "--benchmark") or "sudoku", "model": flag_value(argv, "--model"),
-                "horizon": h, "meta": _json_arg(flag_value(argv, "--meta")), "decoding": ev["decoding"], "seed": seed,
+                "horizon": h, "meta": _json_arg(flag_value(argv, "--meta")), "decoding": ev.decoding, "seed": seed,
                 **(summarize(trajectories_of(rows)) if rows and repeats == 1 else {})}
-        n = ev["episodes"]
+        n = ev.episodes
         if repeats > 1 and len(rows) == n * repeats:  # the repeats one after another in the trajectories
             want |= combine_repeats([summarize(trajectories_of(rows[k * n:(k + 1) * n])) for k in range(repeats)])
         bad += _dict_diff(summary, _plain(want), "the summary", "the trajectories and record give")
@@ -438,16 +443,17 @@ class DerivedChecks:
 
     @staticmethod
     def _agent_summary(rec, summary: dict[str, Any], rows: list[dict[str, Any]], res) -> tuple[str, str]:
-        from esopt.config import agent_section
-        from esopt.runs.tool_episodes import TASKS_FILE, by_site, load_tasks, summarize_tool
+        from esopt.envs.benchmarks import get
+        from esopt.runs.tool_episodes import TASKS_FILE, load_tasks, summarize_tool
+        from esopt.spec.agents import AgentEvaluation
 
         cfg, argv = rec["config"], rec.get("argv") or []
         benchmark = flag_value(argv, "--benchmark")
-        ev = agent_section(cfg, benchmark or "")["evaluate"]
-        k, n = ev["samples"], len(rows)
+        ev = AgentEvaluation.from_config(cfg, benchmark)
+        k, n = ev.samples, len(rows)
         seed = (rec.get("seeds") or {}).get("evaluate")
         bad = []
-        want_seed = int(flag_value(argv, "--seed")) if flag_value(argv, "--seed") is not None else ev["seed"]
+        want_seed = int(flag_value(argv, "--seed")) if flag_value(argv, "--seed") is not None else ev.seed
         if seed != want_seed:
             bad.append(f"the record's seed {seed}, the command ran with {want_seed}")
         data = flag_value(argv, "--data")
@@ -462,10 +468,11 @@ class DerivedChecks:
                 "skill": flag_value(argv, "--skill"), "meta": _json_arg(flag_value(argv, "--meta")), "k": k,
                 "mean_at_k": statistics.fmean(scores) if scores else None,
                 "sample_std": statistics.pstdev(scores) if scores else None, "scores": scores, "tasks": n_tasks,
-                "decoding": ev["decoding"], "seed": seed,
+                "decoding": ev.decoding, "seed": seed,
                 **({f"all_{key}": v for key, v in summarize_tool(trajs).items()} if trajs else {})}
-        if benchmark == "web" and tasks_file and tasks_file.is_file():
-            want["by_site"] = by_site(load_tasks(tasks_file.parent, "web"), trajs)
+        summary_of = get(benchmark).summary  # the benchmark's own keys (web: by_site)
+        if summary_of is not None and tasks_file and tasks_file.is_file():
+            want |= summary_of(load_tasks(tasks_file.parent, benchmark), trajs)
         bad += _dict_diff(summary, _plain(want), "the summary", "the trajectories and record give")
         if bad:
             return "fail", _listed(bad)
@@ -474,15 +481,16 @@ class DerivedChecks:
     @staticmethod
     def _evaluation_episodes(rec, rows: list[dict[str, Any]]) -> tuple[str, str] | None:
         from esopt.envs.sudoku import generate_puzzles
+        from esopt.spec.sudoku import SudokuEpisodes, SudokuEvaluation
 
         argv = rec.get("argv") or []
         if (flag_value(argv, "--benchmark") or "sudoku") != "sudoku":
             return None
         cfg, h = rec["config"], _run_horizon(rec)
-        tasks = generate_puzzles(cfg["sudoku"]["size"], h, cfg["evaluate"]["episodes"],
-                                 seed=(rec.get("seeds") or {}).get("evaluate"), split="eval")
-        tasks = tasks * cfg["evaluate"].get("repeats", 1)  # the trajectories hold the repeats one after another
-        bad = replay_sudoku_episodes(cfg, h, tasks, rows)
+        episodes, ev = SudokuEpisodes.from_config(cfg), SudokuEvaluation.from_config(cfg)
+        tasks = generate_puzzles(episodes.size, h, ev.episodes, seed=(rec.get("seeds") or {}).get("evaluate"), split="eval")
+        tasks = tasks * ev.repeats  # the trajectories hold the repeats one after another
+        bad = replay_sudoku_episodes(episodes, h, tasks, rows)
         if bad:
             return "fail", _listed(bad)
         return "ok", f"{len(rows)} episodes replayed through the environment from their actions, as recorded"
@@ -548,19 +556,18 @@ class DerivedChecks:
         return "ok", f"{len(history.generations)} generations: the members' rewards are their samples' objectives'"
 
 
-def replay_sudoku_episodes(cfg: dict[str, Any], horizon: int, tasks: list[Any], rows: list[dict[str, Any]]) -> list[str]:
+def replay_sudoku_episodes(episodes: SudokuEpisodes, horizon: int, tasks: list[Any],
+                           rows: list[dict[str, Any]]) -> list[str]:
     """Replay recorded Sudoku episodes through the environment, from the puzzles the seed
     gives and the recorded actions: what differs from the record (empty: all as recorded)."""
-    from esopt.config import sudoku_max_turns
     from esopt.envs.sudoku import SudokuEnv, instructions, protocol_of
 
-    s = cfg["sudoku"]
-    max_turns = sudoku_max_turns(cfg, horizon)
-    system = instructions(s["size"], s["prompt"])
+    max_turns = episodes.turn_budget(horizon)
+    system = instructions(episodes.size, episodes.prompt)
     bad = [] if len(rows) == len(tasks) else [f"{len(rows)} episodes, the seed gives {len(tasks)} puzzles"]
     for j, (row, task) in enumerate(zip(rows, tasks)):
         where = f"episode {j}"
-        env = SudokuEnv(max_turns, s["reward"], s.get("observation", "board"), protocol_of(s.get("prompt", "full")))
+        env = SudokuEnv(max_turns, episodes.reward, episodes.observation, protocol_of(episodes.prompt))
         if row.get("task_id") != task.id:
             bad.append(f"{where}: puzzle {row.get('task_id')}, the seed gives {task.id}")
             continue
