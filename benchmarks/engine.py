@@ -35,9 +35,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from esopt.config import es_settings, load_config  # noqa: E402
+from esopt.config import load_config  # noqa: E402
 from esopt.es import ESConfig, ESTrainer  # noqa: E402
 from esopt.runs.episodes import EpisodeSpec, run_episodes, summarize  # noqa: E402
+from esopt.spec.sudoku import EsRun, SudokuEpisodes  # noqa: E402
 
 
 def qwen3_model(config: str, steps: int, overrides: list[str], model_dir: Path) -> None:
@@ -65,10 +66,10 @@ class Run:
     (the machine's load then weighs on both alike)."""
 
     def __init__(self, policy, perturber, tok, cfg, args):
-        settings = es_settings(cfg, args.horizon, None)
-        settings = {**settings, "generations": args.generations, "sigma": {**settings["sigma"], "schedule": "constant"}}
+        es = EsRun.from_config(cfg, args.horizon)
+        settings = {**es.settings(), "generations": args.generations, "sigma": {**es.sigma.settings(), "schedule": "constant"}}
         es_cfg = ESConfig.from_settings(settings, args.population, seed=0)
-        spec = EpisodeSpec.from_config(cfg, args.horizon, settings["member_decoding"], batch_size=None)
+        spec = EpisodeSpec.from_specs(SudokuEpisodes.from_config(cfg), args.horizon, es.member_decoding)
         self.rollout_s, self.wall_s, self.tokens, self.rewards = 0.0, 0.0, 0, []
 
         def fitness(member):

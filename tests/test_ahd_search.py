@@ -19,6 +19,7 @@ from esopt.ahd.evaluate import HeuristicEvaluator
 from esopt.ahd.prompts import TaskPrompt
 from esopt.ahd.run import ESSettings, HeuristicSearchRun, batch_plan, es_rewards, planned_es_generations
 from esopt.ahd.search import EoH, Sample
+from esopt.es.run import ESRun
 from esopt.hashing import weights_sha256
 
 EXPRESSIONS = ["d", "e", "m", "d+e", "d-m", "d*e", "2*d+e", "d/m", "m-d", "1", "d+0.5*e", "3*d-m", "d**2", "e-d"]
@@ -58,7 +59,7 @@ def make_run(task, evaluator, tmp_path, search: str, budget: int, es: bool, writ
                           update_rounding=rounding) if es else None
     run = HeuristicSearchRun(task=task, task_prompt=tp, search=s, evaluator=evaluator,
                              writer=ToyWriter(model, writer_fail_after), budget=budget, seed=seed,
-                             checkpoint=tmp_path / "checkpoint.json", model=model, es=settings,
+                             checkpoint=tmp_path / "checkpoint.json", weights=ESRun(model, rounding, "exact"), es=settings,
                              run_info={"task": task.name, "search": search}, progress=False)
     return run, model
 

@@ -157,7 +157,7 @@ BAD_CONFIGS = {  # (edit, what the message names)
     "study_horizon_beyond_board": (_set("population_study.horizons", [13]), "population_study.horizons: 13"),
     "warmstart_blanks_beyond_board": (_set("model.warmstart.blanks", [1, 16]), "model.warmstart.blanks: 16"),
     "memory_horizon_beyond_board": (_set("memory.horizon", 40), "memory.horizon: 40"),
-    "odd_population_antithetic": (_set("es.populations", [3]), "es.populations [3]"),
+    "odd_population_antithetic": (_set("es.populations", [3]), "es.populations 3:"),
     "odd_study_population_antithetic": (_set("population_study.populations", [2, 5]), "population_study.populations"),
     "qwen3_with_linear_attention": (lambda c: c["model"]["tiny"].update(architecture="qwen3", layer_types=[
         "linear_attention", "full_attention"]), "model.tiny: architecture qwen3"),

@@ -5,11 +5,12 @@ import json
 
 import pytest
 
-from esopt.config import load_config
+from esopt.config import engine_settings, load_config
 from esopt.es.distributed import Collective
 from esopt.runs.episodes import combine_repeats, summarize
 from esopt.runs.periodic import eval_generations
 from esopt.runs.sudoku_training import train_es
+from esopt.spec.sudoku import EsRun, SudokuEpisodes, SudokuEvaluation
 
 from conftest import SMOKE
 
@@ -30,7 +31,8 @@ def smoke_config(**sudoku):
 def run(cfg, model, tmp_path, name):
     resume, traj = tmp_path / name / ".resume", tmp_path / name / "trajectories"
     resume.mkdir(parents=True)
-    return train_es(cfg, str(model), 3, 4, 1, None, resume, traj, Collective())
+    return train_es(EsRun.from_config(cfg, 3), SudokuEpisodes.from_config(cfg), SudokuEvaluation.from_config(cfg),
+                    engine_settings(cfg, "sudoku"), str(model), 4, 1, resume, traj, Collective())
 
 
 def test_a_tiny_run_evaluates_at_the_due_generations_on_fixed_puzzles(tmp_path, smoke_model):
@@ -121,7 +123,8 @@ def test_ranks_share_the_evaluation_and_give_what_one_process_gives(tmp_path, sm
     cfg["es"].update(eval_every=1, eval_train=True)
     cfg["evaluate"].update(episodes=3, repeats=2)
     model, tok = load_model_and_tokenizer(str(smoke_model))
-    ev = PeriodicEval(cfg, 3, model, tok, Collective(), tmp_path / "evals.jsonl")
+    ev = PeriodicEval(SudokuEpisodes.from_config(cfg), SudokuEvaluation.from_config(cfg), EsRun.from_config(cfg, 3),
+                      model, tok, Collective(), tmp_path / "evals.jsonl")
     one = ev.share(0, 1)
     parts = [ev.share(r, 3) for r in range(3)]
     assert [sorted(p) for p in parts] == [[("eval", 0), ("train", 1)], [("eval", 1)], [("train", 0)]]

@@ -360,20 +360,21 @@ def test_task_rejects_inconsistent_blank_count():
 def test_the_turn_budget_is_fixed_or_per_blank_never_both(tmp_path):
     import yaml
 
-    from esopt.config import ConfigError, load_config, sudoku_max_turns
+    from esopt.config import ConfigError, load_config
+    from esopt.spec.sudoku import SudokuEpisodes
 
     from conftest import SMOKE
 
     raw = yaml.safe_load(SMOKE.read_text())
-    assert sudoku_max_turns(load_config(SMOKE), 3) == raw["sudoku"]["max_turns"]
+    assert SudokuEpisodes.from_config(load_config(SMOKE)).turn_budget(3) == raw["sudoku"]["max_turns"]
 
     def config(**sudoku):
         path = tmp_path / "c.yaml"
         path.write_text(yaml.safe_dump(raw | {"sudoku": {k: v for k, v in (raw["sudoku"] | sudoku).items() if v is not None}}))
         return path
 
-    per_blank = load_config(config(max_turns=None, turns_per_blank=3))
-    assert [sudoku_max_turns(per_blank, h) for h in (2, 3)] == [6, 9]  # the authors' 3 x H*
+    per_blank = SudokuEpisodes.from_config(load_config(config(max_turns=None, turns_per_blank=3)))
+    assert [per_blank.turn_budget(h) for h in (2, 3)] == [6, 9]  # the authors' 3 x H*
     for bad in (dict(turns_per_blank=3), dict(max_turns=None)):
         with pytest.raises(ConfigError, match="exactly one of max_turns and turns_per_blank"):
             load_config(config(**bad))

@@ -251,7 +251,7 @@ def test_es_config_names_the_rounding_and_reads_it_from_settings():
     with pytest.raises(ValueError, match="update_rounding"):
         config("truncate")
     es = {"generations": 2, "alpha": 0.1, "sigma": {"schedule": "constant", "sigma0": 0.01}, "antithetic": False,
-          "normalization": "zscore"}
+          "normalization": "zscore", "update_rounding": "nearest"}
     assert ESConfig.from_settings(es, 4, 0).update_rounding == "nearest"
     assert ESConfig.from_settings({**es, "update_rounding": "fp32_master"}, 4, 0).update_rounding == "fp32_master"
 

@@ -70,7 +70,7 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
     runs = [(h, None) for h in trained] + [(h, name) for name, v in es.get("variants", {}).items()
                                            for h in (v.get("horizons") or s["horizons"])]
     for h, variant in runs:
-        sigma = es_settings(config, h, variant)["sigma"]
+        sigma = es_block(config, h, variant)["sigma"]
         if sigma["schedule"] == "cosine" and "sigmaT" not in sigma:
             where = f"es.variants.{variant}" if variant else "es.sigma"
             raise ConfigError(f"{source}: {where}: sigmaT is required for the cosine schedule (H*={h})")
@@ -144,8 +144,8 @@ def check_run_args(config: dict[str, Any], horizon: int | None = None, populatio
     variants = config["es"].get("variants") or {}
     if variant is not None and variant not in variants:
         raise ConfigError(f"--variant {variant!r} is not in the config (es.variants: {sorted(variants)})")
-    if population is not None and config["es"]["antithetic"] and population % 2:
-        raise ConfigError(f"--population {population}: es.antithetic pairs the members, so G must be even")
+    if population is not None:
+        check_even_population(population, config["es"]["antithetic"], "--population")
 
 
 def _check_runs(config: dict[str, Any], source: str) -> None:
@@ -171,8 +171,8 @@ def _check_runs(config: dict[str, Any], source: str) -> None:
         if "es" in memory.get("methods", []):
             pops["memory.population"] = [memory["population"]]
         for where, gs in pops.items():
-            if any(g % 2 for g in gs):
-                raise ConfigError(f"{source}: {where} {gs}: es.antithetic pairs the members, so every G must be even")
+            for g in gs:
+                check_even_population(g, True, f"{source}: {where}")
 
     ta, ahd = config.get("tool_agents") or {}, config.get("ahd") or {}
     tiny = {("model" if i == 0 else f"population_study.models[{i - 1}]"): m.get("tiny")
@@ -224,9 +224,8 @@ def _check_agent_block(config: dict[str, Any], sec: str, source: str) -> None:
     if methods & {"esopt", "esopt_trace2skill"}:
         for b in agent_benchmarks(config, sec):
             g = tool_es_settings(config, b)
-            if g.get("antithetic") and g["population"] % 2:
-                raise ConfigError(f"{source}: {sec} es population {g['population']} for {b}: "
-                                  "antithetic pairs the members, so it must be even")
+            check_even_population(g["population"], g["antithetic"], f"{source}: {b}: {sec} es population",
+                                  f"{sec}.es.antithetic")
 
 
 def _check_web(web: dict[str, Any], source: str) -> None:
@@ -283,24 +282,36 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 # es keys that describe the grid, not one run
-ES_GRID_KEYS = ("populations", "seeds", "by_horizon", "variants")
+_ES_GRID_KEYS = ("populations", "seeds", "by_horizon", "variants")
 
 
-def es_settings(config: dict[str, Any], horizon: int, variant: str | None = None) -> dict[str, Any]:
-    """The es settings of one run: es, then es.by_horizon[H*], then es.variants[variant],
-    then that variant's by_horizon[H*]."""
+def es_block(config: dict[str, Any], horizon: int | None = None, variant: str | None = None) -> dict[str, Any]:
+    """The es block of one run as the config writes it: es without the grid, then
+    es.by_horizon[H*], then es.variants[variant], then that variant's by_horizon[H*]
+    (horizon None: no H* overrides). esopt.spec.sudoku.EsRun types it."""
     es = config["es"]
-    out = {k: v for k, v in es.items() if k not in ES_GRID_KEYS}
-    by_h = {int(k): v for k, v in (es.get("by_horizon") or {}).items()}
-    out = deep_merge(out, by_h.get(int(horizon), {}))
+    out = {k: v for k, v in es.items() if k not in _ES_GRID_KEYS}
+
+    def at(by_horizon: dict | None) -> dict[str, Any]:
+        if horizon is None:
+            return {}
+        return {int(k): v for k, v in (by_horizon or {}).items()}.get(int(horizon), {})
+
+    out = deep_merge(out, at(es.get("by_horizon")))
     if variant:
         variants = es.get("variants") or {}
         if variant not in variants:
             raise ConfigError(f"es variant {variant!r} is not in the config (es.variants: {sorted(variants)})")
         v = variants[variant]
         out = deep_merge(out, {k: x for k, x in v.items() if k not in ("horizons", "by_horizon")})
-        out = deep_merge(out, {int(k): x for k, x in (v.get("by_horizon") or {}).items()}.get(int(horizon), {}))
+        out = deep_merge(out, at(v.get("by_horizon")))
     return out
+
+
+def check_even_population(population: int, antithetic: bool, where: str, antithetic_key: str = "es.antithetic") -> None:
+    """Antithetic sampling pairs the members (±ε), so its population must be even (else ConfigError)."""
+    if antithetic and population % 2:
+        raise ConfigError(f"{where} {population}: {antithetic_key} pairs the members, so the population must be even")
 
 
 def all_models(config: dict[str, Any]) -> list[dict[str, Any]]:
@@ -380,19 +391,8 @@ def engine_settings(c: dict[str, Any], benchmark: str) -> dict[str, Any]:
     return {"name": name, **(e.get("vllm") or {})} if name == "vllm" else {"name": name}
 
 
-def sudoku_max_turns(c: dict[str, Any], horizon: int) -> int:
-    """The turn budget of a Sudoku episode at H*: sudoku.max_turns, or turns_per_blank x H*."""
-    s = c["sudoku"]
-    return s["max_turns"] if s.get("max_turns") else s["turns_per_blank"] * int(horizon)
-
-
-def sudoku_settings(c: dict[str, Any]) -> dict[str, Any]:
-    """sudoku without the grid of horizons (each horizon is a wildcard)."""
-    return without(section(c, "sudoku"), ("horizons",))
-
-
 def rl_settings(c: dict[str, Any]) -> dict[str, Any]:
-    """rl without the grid (methods, seeds)."""
+    """rl without the grid (methods, seeds); {} without an rl block (esopt.spec.sudoku.RlRun types it)."""
     return without(section(c, "rl"), ("methods", "seeds"))
 
 

@@ -79,7 +79,7 @@ def design_heuristics(cfg: dict, task_name: str, search_name: str, budget: int, 
     from esopt.ahd import make_task
     from esopt.ahd.prompts import TaskPrompt
     from esopt.ahd.run import ESSettings, HeuristicSearchRun
-    from esopt.hashing import weights_sha256
+    from esopt.es.run import ESRun
     from esopt.prompt.analyst import PolicyAnalyst
 
     a = cfg["ahd"]
@@ -96,13 +96,14 @@ def design_heuristics(cfg: dict, task_name: str, search_name: str, budget: int, 
     if es_on:
         e = a["es"]
         es = ESSettings(alpha=e["alpha"], sigma0=e["sigma0"], normalization=e["normalization"],
-                        penalty=e.get("penalty"), update_rounding=e["update_rounding"],
+                        penalty=e["penalty"], update_rounding=e["update_rounding"],
                         operators=("m1", "m2") if search_name == "eoh" else ("i1",))
-    base_hash = weights_sha256(model)
+    weights = ESRun(model, a["es"]["update_rounding"], "exact")  # the base hash: with ES and without
+    base_hash = weights.base_weights_sha256
     run = HeuristicSearchRun(task=task, task_prompt=task_prompt, search=search,
                              evaluator=make_evaluator(cfg, task, "search", seed), writer=writer,
                              budget=budget, seed=run_seed, checkpoint=resume_dir / "checkpoint.json",
-                             model=model, es=es,
+                             weights=weights, es=es,
                              run_info={"task": task_name, "search": search_name, "budget": budget,
                                        "base_weights_sha256": base_hash})
     summary = run.run()
@@ -125,8 +126,7 @@ def design_heuristics(cfg: dict, task_name: str, search_name: str, budget: int, 
     history = None
     if es is not None:
         history = run.history
-        history.final = {"weights_sha256": weights_sha256(model)}
-        result["final_weights_sha256"] = history.final["weights_sha256"]
+        result["final_weights_sha256"] = weights.finish(history)
         extra["final_weights_sha256"] = result["final_weights_sha256"]  # what `esopt audit` replays to
     log.info("%s %s budget %d es=%s: best search %.4g, test %s (reference %s)", task_name, search_name,
              budget, bool(es_on), best["objective"] if best else float("nan"), result["test_objective"],

@@ -100,13 +100,14 @@ def es_rewards(objectives: Sequence[float | None], parents: Sequence[float | Non
 
 class HeuristicSearchRun:
     """Drives one run; see the module docstring. `writer_for(model)` makes the writer
-    (a PolicyAnalyst-like object with complete(prompts, seed) -> replies)."""
+    (a PolicyAnalyst-like object with complete(prompts, seed) -> replies); with ES on,
+    `weights` (esopt.es.run.ESRun of the writer's model) gives the perturber."""
 
     def __init__(self, *, task, task_prompt, search, evaluator, writer, budget: int, seed: int,
-                 checkpoint: str | Path, model=None, es: ESSettings | None = None, run_info: dict | None = None,
+                 checkpoint: str | Path, weights=None, es: ESSettings | None = None, run_info: dict | None = None,
                  progress: bool = True):
         self.task, self.task_prompt, self.search, self.evaluator = task, task_prompt, search, evaluator
-        self.writer, self.budget, self.seed, self.model, self.es = writer, int(budget), seed, model, es
+        self.writer, self.budget, self.seed, self.weights, self.es = writer, int(budget), seed, weights, es
         self.checkpoint = Path(checkpoint)
         self.progress = progress
         self.samples: list[dict[str, Any]] = []
@@ -121,12 +122,13 @@ class HeuristicSearchRun:
         self.perturber = None
         self.schedule = None
         if es is not None:
-            if model is None:
-                raise ValueError("ES needs the writer's model")
-            from esopt.es.perturb import Perturber
+            if weights is None:
+                raise ValueError("ES needs the writer's weights (esopt.es.run.ESRun)")
+            if weights.rounding != es.update_rounding:
+                raise ValueError(f"the writer's weights round {weights.rounding}, the run {es.update_rounding}")
             from esopt.es.schedule import SigmaSchedule
 
-            self.perturber = Perturber(model, rounding=es.update_rounding)
+            self.perturber = weights.perturber
             total = planned_es_generations(batch_plan(search, budget), budget, es.operators)
             self.schedule = SigmaSchedule("cosine", es.sigma0, 0.0, total)
 

@@ -24,6 +24,10 @@ JSON_OBJECTS = ("meta", "wildcards")  # parsed into dicts
 OUTPUT_PATHS = ("out", "json")  # files or directories the command writes
 RUN_ARGS = ("horizon", "population", "variant")  # checked against the config (esopt.config.check_run_args)
 
+# Config files run_main has loaded and checked, by path: setup takes its config from here,
+# so a command reads and validates its file once.
+_LOADED: dict[str, dict[str, Any]] = {}
+
 
 def add_threads_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads, >= 1 (default: the config's `threads`)")
@@ -41,7 +45,7 @@ def setup(config_path: str | None = None, threads: int | None = None, verbose: b
     )
     # transformers/hub must not reach for the network for a local model directory
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    cfg = load_config(config_path) if config_path else None
+    cfg = (_LOADED.pop(str(config_path), None) or load_config(config_path)) if config_path else None
     n = threads or (cfg or {}).get("threads")
     if n:
         torch.set_num_threads(int(n))
@@ -117,13 +121,15 @@ def run_main(fn: Callable[[argparse.Namespace], int | None], parser: argparse.Ar
             if getattr(args, name, None):
                 check_output_path(getattr(args, name), "--" + name)
         if getattr(args, "config", None):  # the config, and the run's arguments against it
-            check_run_args(load_config(args.config), **{k: getattr(args, k, None) for k in RUN_ARGS})
+            _LOADED[str(args.config)] = config = load_config(args.config)
+            check_run_args(config, **{k: getattr(args, k, None) for k in RUN_ARGS})
         return int(fn(args) or 0)
     except (ConfigError, OSError, ValueError) as e:  # OSError: FileNotFoundError, a full disk, ...
         log.debug("details", exc_info=True)
         print(f"esopt: error: {e}", file=sys.stderr)
         return 2
     finally:
+        _LOADED.clear()  # a later command (in the same process) reads its file afresh
         log_imports(parser.prog)
 
 

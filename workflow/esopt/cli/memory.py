@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -32,23 +32,25 @@ import torch
 from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
 from esopt.io import write_json_atomic
 from esopt.provenance.record import Provenance
+from esopt.spec.sudoku import EsRun, RlRun, SudokuEpisodes
 
 log = logging.getLogger("esopt.memory")
 
 METHODS = ("inference", "es", "grpo", "ppo")
 
 
-def step_config(cfg: dict) -> dict:
-    """The config of the measured step: memory.* sizes over the training settings."""
+def step_specs(cfg: dict) -> tuple[SudokuEpisodes, EsRun, RlRun | None]:
+    """The settings of the measured step: memory.* sizes over the training settings (the es
+    block as it is, without H* overrides; RL: None without an rl block)."""
     m = cfg["memory"]
-    c = copy.deepcopy(cfg)
-    c["sudoku"].update(max_turns=m["max_turns"], turns_per_blank=None)
-    if "rl" in c:
-        group = min(c["rl"]["grpo"]["group_size"], m["episodes"])
-        c["rl"]["grpo"].update(tasks_per_step=max(1, m["episodes"] // group), group_size=group)
-        c["rl"]["ppo"]["tasks_per_step"] = m["episodes"]
-        c["rl"]["steps"] = 1
-    return c
+    episodes = replace(SudokuEpisodes.from_config(cfg), max_turns=m["max_turns"], turns_per_blank=None)
+    rl = None
+    if "rl" in cfg:
+        rl = RlRun.from_config(cfg)
+        group = min(rl.grpo.group_size, m["episodes"])
+        rl = replace(rl, steps=1, grpo=replace(rl.grpo, tasks_per_step=max(1, m["episodes"] // group), group_size=group),
+                     ppo=replace(rl.ppo, tasks_per_step=m["episodes"]))
+    return episodes, EsRun.from_config(cfg), rl
 
 
 def main_fn(args: argparse.Namespace) -> int:
@@ -80,7 +82,7 @@ def _measure(args: argparse.Namespace, cfg: dict, exact: bool, collective) -> in
     """Load, build the method's step, warm up, then measure the step (every rank); rank 0 writes."""
     # Every import happens before the baseline is taken.
     from esopt.agent.rollout import Sampling
-    from esopt.es import ESConfig, ESTrainer
+    from esopt.es import ESConfig, ESRun
     from esopt.models.load import default_device, load_model_and_tokenizer
     from esopt.rl.critic import build_critic
     from esopt.rl.sharding import full_params
@@ -90,23 +92,23 @@ def _measure(args: argparse.Namespace, cfg: dict, exact: bool, collective) -> in
 
     world = collective.world_size
     if args.model is None:  # where the pipeline puts it
-        name = cfg["model"]["name"] + ("-probe" if cfg["memory"].get("probe") else "")
+        name = cfg["model"]["name"] + ("-probe" if cfg["memory"]["probe"] else "")
         args.model = f"results/models/{name}"
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if world > 1 and device == "cuda":
         device = default_device()  # cuda:LOCAL_RANK: one GPU per rank
-    scfg = step_config(cfg)
-    m = scfg["memory"]
+    episodes, es, rl_run = step_specs(cfg)
+    m = cfg["memory"]
     prov = Provenance("memory", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                       seeds={"memory": m["seed"]}, inputs=[args.config, args.model])
     rl = args.method in ("grpo", "ppo")
-    if rl and scfg["rl"]["ranks"] != world:
-        log.warning("rl.ranks is %d, but this step runs on %d rank(s) and measures those", scfg["rl"]["ranks"], world)
-    dtype = scfg["rl"]["dtype"] if rl else None
+    if rl and rl_run.ranks != world:
+        log.warning("rl.ranks is %d, but this step runs on %d rank(s) and measures those", rl_run.ranks, world)
+    dtype = rl_run.dtype if rl else None
     model, tok = load_model_and_tokenizer(args.model, dtype=dtype, device=device)
     params = sum(p.numel() for p in model.parameters())  # before any sharding
     model_dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    spec = EpisodeSpec.from_config(scfg, m["horizon"], scfg["es"]["member_decoding"])
+    spec = EpisodeSpec.from_specs(episodes, m["horizon"], es.member_decoding)
     breakdown: dict[str, int | float] = {}
     held = [model]
 
@@ -115,9 +117,8 @@ def _measure(args: argparse.Namespace, cfg: dict, exact: bool, collective) -> in
             return summarize(run_episodes(model, tok, spec, m["episodes"], seed=m["seed"], split="train"))
     elif args.method == "es":
         # one generation at a constant sigma: memory.sigma, else es.sigma.sigma0
-        e = scfg["es"]
-        sigma = {"schedule": "constant", "sigma0": m["sigma"] or e["sigma"]["sigma0"]}
-        es_cfg = ESConfig.from_settings({**e, "generations": 1, "sigma": sigma}, m["population"], m["seed"])
+        sigma = {"schedule": "constant", "sigma0": m["sigma"] or es.sigma.sigma0}
+        es_cfg = ESConfig.from_settings({**es.settings(), "generations": 1, "sigma": sigma}, m["population"], m["seed"])
 
         def fitness(member):
             s = summarize(run_episodes(model, tok, spec, m["episodes"], seed=member.task_seed, split="train"))
@@ -126,7 +127,7 @@ def _measure(args: argparse.Namespace, cfg: dict, exact: bool, collective) -> in
             breakdown["revert_snapshot_host_bytes"] = trainer.perturber.snapshot_bytes
             return s["mean_reward"], {}
 
-        trainer = ESTrainer(model, es_cfg, fitness, progress=False, revert=e.get("revert", "exact"))
+        trainer = ESRun(model, es_cfg.update_rounding, es.revert, hash_base=False).trainer(es_cfg, fitness, progress=False)
         # es.update_rounding fp32_master keeps an fp32 copy on the host, outside the device peak
         breakdown["fp32_master_host_bytes"] = trainer.perturber.master_bytes
 
@@ -134,12 +135,12 @@ def _measure(args: argparse.Namespace, cfg: dict, exact: bool, collective) -> in
             rec = trainer.step(0)
             return {"rewards": rec.rewards}
     else:
-        prof = scfg["agent"]["sampling"]
-        sampling = Sampling.from_profile(prof, scfg["agent"]["max_new_tokens"])
-        rcfg = RLConfig.from_settings(scfg["rl"], args.method, prof, m["seed"])
+        prof = episodes.agent.sampling.settings()
+        sampling = Sampling.from_profile(prof, episodes.agent.max_new_tokens)
+        rcfg = RLConfig.from_settings(rl_run.settings(), args.method, prof, m["seed"])
         critic = build_critic(model, args.model, rcfg.critic).to(device) if args.method == "ppo" else None
         # over several ranks RLTrainer shards policy, critic and reference (FSDP2) as train-rl does
-        trainer = RLTrainer(model, rcfg, sudoku_rl_rollouts(scfg, tok, m["horizon"], sampling), pad_id=tok.pad_token_id,
+        trainer = RLTrainer(model, rcfg, sudoku_rl_rollouts(episodes, rl_run, tok, m["horizon"], sampling), pad_id=tok.pad_token_id,
                             critic=critic, progress=False, collective=collective)
         held += [critic, trainer.reference]
 

@@ -65,8 +65,9 @@ def main_fn(args: argparse.Namespace) -> int:
     print(f"planned jobs of {args.config}" + (f" with --profile {' --profile '.join(args.profile)}" if args.profile else "")
           + ":\n" + format_cost(rows) + "\n")
     from esopt.cluster.memory import qwen35_table
+    from esopt.spec.sudoku import EsRun, RlRun
 
-    memory = qwen35_table(cfg, args.memory_tokens)
+    memory = qwen35_table(EsRun.from_config(cfg), RlRun.from_config(cfg) if "rl" in cfg else None, args.memory_tokens)
     print(f"memory per GPU (estimate, docs/rl_baselines.md#memory-per-gpu):\n{memory}\n")
     problems = preflight(cfg, jobs, args.results, hashes=not args.skip_hashes)
     print(report(problems))

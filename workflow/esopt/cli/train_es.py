@@ -38,18 +38,22 @@ def main_fn(args: argparse.Namespace) -> int:
         raise ValueError(f"--benchmark {args.benchmark!r}: expected one of {BENCHMARKS}")
     if args.horizon not in cfg["sudoku"]["horizons"]:
         log.warning("horizon %d is not in the config's sudoku.horizons %s", args.horizon, cfg["sudoku"]["horizons"])
+    from esopt.config import engine_settings
     from esopt.es.deadline import MemberDeadlineError
     from esopt.es.distributed import SlowRankError, from_config
     from esopt.runs.sudoku_training import train_es
+    from esopt.spec.sudoku import EsRun, SudokuEpisodes, SudokuEvaluation
 
+    es = EsRun.from_config(cfg, args.horizon, args.variant)
+    episodes, evaluation = SudokuEpisodes.from_config(cfg), SudokuEvaluation.from_config(cfg)
     collective = from_config(cfg, args.backend)  # the process group's timeouts and the member deadline
     try:
         run = RunDir(args.out, create=collective.is_main)
         collective.barrier()
         prov = Provenance("train-es", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                           seeds={"es": args.seed}, inputs=[args.config, args.model])
-        result = train_es(cfg, args.model, args.horizon, args.population, args.seed, args.variant, run.resume,
-                          run.trajectories, collective)
+        result = train_es(es, episodes, evaluation, engine_settings(cfg, "sudoku"), args.model, args.population,
+                          args.seed, run.resume, run.trajectories, collective)
         if not collective.is_main:
             collective.barrier()  # rank 0 publishes
             return 0

@@ -39,6 +39,9 @@ def main_fn(args: argparse.Namespace) -> int:
     if "rl" not in cfg:
         raise ValueError(f"{args.config} has no `rl` block")
     from esopt.es.distributed import from_config
+    from esopt.spec.sudoku import RlRun, SudokuEpisodes
+
+    rl, episodes = RlRun.from_config(cfg), SudokuEpisodes.from_config(cfg)
 
     collective = from_config(cfg)  # one process, or the torchrun ranks (distributed.backend, timeouts)
     try:
@@ -46,8 +49,8 @@ def main_fn(args: argparse.Namespace) -> int:
         collective.barrier()
         prov = Provenance("train-rl", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                           seeds={"rl": args.seed}, inputs=[args.config, args.model])
-        result = train_rl(cfg, args.model, args.algo, args.sampling, args.horizon, args.seed, run.resume,
-                          run.trajectories, collective)
+        result = train_rl(rl, episodes, cfg["model"]["dtype"], args.model, args.algo, args.sampling, args.horizon,
+                          args.seed, run.resume, run.trajectories, collective)
         if collective.is_main:
             # Publish atomically; provenance last.
             run.save_model(result.model, result.tokenizer)

@@ -34,6 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from esopt.spec.sudoku import EsRun, RlRun
+
 GIB = 2**30
 
 # The text configs of the paper's Qwen3.5 sizes (Qwen3_5TextConfig keys; docs/rl_baselines.md
@@ -100,7 +102,7 @@ def shape(name: str, config: Any) -> Shape:
 
 @dataclass(frozen=True)
 class Settings:
-    """The run settings the estimate depends on (from the config: `settings_from_config`)."""
+    """The run settings the estimate depends on (from a config's specs: `settings_from_specs`)."""
 
     ranks: int = 1  # RL ranks (FSDP shards)
     es_sequences: int = 32  # ES sequences in flight per replica
@@ -113,17 +115,17 @@ class Settings:
     kl: bool = True
 
 
-def settings_from_config(cfg: dict[str, Any], tokens: int | None = None) -> Settings:
-    """The config's settings; `tokens` replaces rl.max_total_tokens as the sequence length."""
-    rl, es = cfg.get("rl") or {}, cfg.get("es") or {}
-    grpo, ppo = rl.get("grpo") or {}, rl.get("ppo") or {}
-    episodes = (grpo.get("tasks_per_step", 32) * grpo.get("group_size", 8), ppo.get("tasks_per_step", 256))
-    return Settings(ranks=rl.get("ranks", 1), es_sequences=es.get("tasks_per_member", 32),
-                    batch_size=rl.get("batch_size", 256), episodes=episodes,
-                    tokens=tokens or rl.get("max_total_tokens", 4096),
-                    micro_batch=rl.get("micro_batch", 64),
-                    gradient_checkpointing=rl.get("gradient_checkpointing", False),
-                    logits_chunk=rl.get("logits_chunk"), kl=rl.get("kl_coef", 0.0) > 0)
+def settings_from_specs(es: EsRun, rl: RlRun | None, tokens: int | None = None) -> Settings:
+    """The run settings of a config's specs; `tokens` replaces rl.max_total_tokens as the
+    sequence length. Without an rl block the RL rows are estimated at 256 episodes per step,
+    4096 tokens, micro-batches of 64, no gradient checkpointing, logits chunks or reference."""
+    if rl is None:
+        return Settings(ranks=1, es_sequences=es.tasks_per_member, batch_size=256, episodes=(256, 256),
+                        tokens=tokens or 4096, micro_batch=64, gradient_checkpointing=False, logits_chunk=None, kl=False)
+    return Settings(ranks=rl.ranks, es_sequences=es.tasks_per_member, batch_size=rl.batch_size,
+                    episodes=(rl.grpo.tasks_per_step * rl.grpo.group_size, rl.ppo.tasks_per_step),
+                    tokens=tokens or rl.max_total_tokens, micro_batch=rl.micro_batch,
+                    gradient_checkpointing=rl.gradient_checkpointing, logits_chunk=rl.logits_chunk, kl=rl.kl_coef > 0)
 
 
 def cache_bytes(m: Shape, sequences: int, tokens: int, elem: int) -> float:
@@ -184,7 +186,7 @@ def table(shapes: list[Shape], s: Settings) -> str:
     return "\n".join(lines)
 
 
-def qwen35_table(cfg: dict[str, Any], tokens: int | None = None) -> str:
-    """`table` for Qwen3.5-4B/9B/27B under the config's settings (esopt preflight prints it),
-    at rl.max_total_tokens per sequence (the cap: an upper bound) or `tokens`."""
-    return table([shape(name, c) for name, c in QWEN35.items()], settings_from_config(cfg, tokens))
+def qwen35_table(es: EsRun, rl: RlRun | None, tokens: int | None = None) -> str:
+    """`table` for Qwen3.5-4B/9B/27B under a config's ES and RL settings (esopt preflight
+    prints it), at rl.max_total_tokens per sequence (the cap: an upper bound) or `tokens`."""
+    return table([shape(name, c) for name, c in QWEN35.items()], settings_from_specs(es, rl, tokens))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from esopt.config import check_even_population
 from esopt.es.rounding import check_rounding
 from esopt.es.schedule import SigmaSchedule
 from esopt.seeding import derive_seed
@@ -27,8 +28,7 @@ class ESConfig:
         check_rounding(self.update_rounding)
         if self.population < 2:
             raise ValueError(f"population must be >= 2, got {self.population}")
-        if self.antithetic and self.population % 2:
-            raise ValueError(f"antithetic sampling needs an even population, got {self.population}")
+        check_even_population(self.population, self.antithetic, "population", "antithetic sampling")
         if self.sigma.total != self.generations:
             raise ValueError(
                 f"sigma schedule spans {self.sigma.total} generations, run has {self.generations}"
@@ -36,14 +36,14 @@ class ESConfig:
 
     @classmethod
     def from_settings(cls, es: dict[str, Any], population: int, seed: int) -> ESConfig:
-        """From one run's es settings (esopt.config.es_settings / tool_es_settings):
-        generations, alpha, sigma {schedule, sigma0, sigmaT}, antithetic, normalization,
-        update_rounding (nearest where the section has none, e.g. tool_agents.es)."""
+        """From one run's es settings, as a spec's settings() gives them (esopt.spec.sudoku.EsRun,
+        esopt.spec.agents.AgentES): generations, alpha, sigma {schedule, sigma0, sigmaT (cosine
+        only)}, antithetic, normalization, update_rounding."""
         s = es["sigma"]
         return cls(population=population, generations=es["generations"], alpha=es["alpha"],
                    sigma=SigmaSchedule(s["schedule"], s["sigma0"], s.get("sigmaT"), es["generations"]),
                    antithetic=es["antithetic"], normalization=es["normalization"], seed=seed,
-                   update_rounding=es.get("update_rounding", "nearest"))
+                   update_rounding=es["update_rounding"])
 
     def as_record(self) -> dict[str, Any]:
         return asdict(self)

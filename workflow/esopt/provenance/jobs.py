@@ -25,21 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from esopt.config import (
-    ES_GRID_KEYS,
     ahd_budget,
     engine_settings,
-    es_settings,
     model_spec,
     named_model,
-    rl_settings,
     section,
-    sudoku_settings,
     tool_data_spec,
     without,
 )
 from esopt.provenance.find import flag_value
 from esopt.provenance.imports import code_files as _imported_files
 from esopt.spec.agents import AgentTraining, agent_episodes, block_name, vllm_engine
+from esopt.spec.sudoku import EsRun, RlRun, SudokuEpisodes, SudokuEvaluation
 
 Config = dict[str, Any]
 
@@ -83,7 +80,24 @@ def _build_model(c: Config, name: str | None = None, probe: bool = False) -> dic
     if probe:  # random weights of memory.probe's architecture, cast to model.dtype
         return {"memory": {"probe": section(c, "memory").get("probe")},
                 "model": {"dtype": section(c, "model").get("dtype")}}
-    return {"model": _without_expect(model_spec(c, name)), "sudoku": sudoku_settings(c), "agent": section(c, "agent")}
+    return {"model": _without_expect(model_spec(c, name)), **_sudoku(c)}
+
+
+def _sudoku(c: Config) -> dict[str, Any]:
+    """What every Sudoku episode depends on: sudoku (not horizons), agent."""
+    episodes = SudokuEpisodes.from_config(c)
+    return {"sudoku": episodes.settings(), "agent": episodes.agent.settings()}
+
+
+def _rl(c: Config) -> dict[str, Any]:
+    """rl (not methods, seeds); {} in a config without an rl block."""
+    return RlRun.from_config(c).settings() if "rl" in c else {}
+
+
+def _train_es(c: Config, horizon: int, variant: str | None = None) -> dict[str, Any]:
+    es = EsRun.from_config(c, int(horizon), variant or None)
+    return ({"es": without(es.settings(), ("revert",)), **_sudoku(c), "engine": engine_settings(c, "sudoku")}
+            | ({"evaluate": SudokuEvaluation.from_config(c).settings()} if EsRun.from_config(c).eval_every else {}))
 
 
 JOBS: dict[str, Job] = {
@@ -92,22 +106,18 @@ JOBS: dict[str, Job] = {
     # es.revert is left out: either revert restores the weights bit for bit, no number depends on it
     "train-es": Job("es as run at H* (and its variant; not revert), sudoku (not horizons), agent, the sudoku engine, "
                     "and evaluate where es.eval_every evaluates during training",
-                    lambda c, horizon, variant=None: {"es": without(es_settings(c, int(horizon), variant or None),
-                                                                    ("revert",)),
-                                                      "sudoku": sudoku_settings(c), "agent": section(c, "agent"),
-                                                      "engine": engine_settings(c, "sudoku")}
-                    | ({"evaluate": section(c, "evaluate")} if section(c, "es").get("eval_every") else {}),
-                    {"horizon": "--horizon", "variant": "--variant"}),
+                    _train_es, {"horizon": "--horizon", "variant": "--variant"}),
     "train-rl": Job("rl (not methods, seeds), sudoku (not horizons), agent",
-                    lambda c: {"rl": rl_settings(c), "sudoku": sudoku_settings(c), "agent": section(c, "agent")}),
+                    lambda c: {"rl": _rl(c), **_sudoku(c)}),
     "evaluate": Job("evaluate, sudoku (not horizons), agent, the sudoku engine",
-                    lambda c: {"evaluate": section(c, "evaluate"), "sudoku": sudoku_settings(c),
-                               "agent": section(c, "agent"), "engine": engine_settings(c, "sudoku")}),
+                    lambda c: {"evaluate": SudokuEvaluation.from_config(c).settings(), **_sudoku(c),
+                               "engine": engine_settings(c, "sudoku")}),
     "check-models": Job("the model's expect intervals",
                         lambda c, name=None: {"expect": named_model(c, name or None)[1].get("expect")}, {"name": "--name"}),
     "memory": Job("memory, sudoku (not horizons), rl (not methods, seeds), es (not the grid), agent",
-                  lambda c: {"memory": section(c, "memory"), "sudoku": sudoku_settings(c), "rl": rl_settings(c),
-                             "es": without(section(c, "es"), ES_GRID_KEYS), "agent": section(c, "agent")}),
+                  lambda c: {"memory": section(c, "memory"), "sudoku": SudokuEpisodes.from_config(c).settings(),
+                             "rl": _rl(c), "es": EsRun.from_config(c).settings(),
+                             "agent": SudokuEpisodes.from_config(c).agent.settings()}),
     "prepare-data": Job("tool_agents.benchmarks.B's set (and ocr for DocVQA; web.SET and web.site_seed)",
                         lambda c, benchmark, set: {"set": tool_data_spec(c, benchmark, set),
                                                    "ocr": section(c, "tool_agents").get("ocr")

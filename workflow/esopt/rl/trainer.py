@@ -88,8 +88,10 @@ class RLConfig:
 
     @classmethod
     def from_settings(cls, rl: dict[str, Any], algo: str, sampling: dict[str, Any], seed: int) -> "RLConfig":
-        """From the config's rl block (esopt.config.rl_settings, or tool_grpo_settings) and a
-        sampling profile ({temperature, ...}); rl[algo] holds the algorithm's own keys."""
+        """From an rl block's settings (esopt.spec.sudoku.RlRun.settings(), or a tool agent's
+        GRPO settings) and a sampling profile ({temperature, ...}); rl[algo] holds the
+        algorithm's own keys (PPO's critic, GAE and value keys stand at their neutral values
+        for GRPO)."""
         per = rl[algo]
         return cls(
             algo=algo, steps=rl["steps"], tasks_per_step=per["tasks_per_step"], group_size=per.get("group_size", 1),
@@ -99,7 +101,7 @@ class RLConfig:
             temperature=sampling["temperature"], gamma=per.get("gamma", 1.0), lam=per.get("lam", 1.0),
             critic=per.get("critic", "separate"), critic_lr=per.get("critic_lr", rl["lr"]),
             vf_clip=per.get("vf_clip", 0.2), vf_coef=per.get("vf_coef", 0.5),
-            gradient_checkpointing=rl.get("gradient_checkpointing", False), logits_chunk=rl.get("logits_chunk"),
+            gradient_checkpointing=rl["gradient_checkpointing"], logits_chunk=rl["logits_chunk"],
             seed=seed,
         )
 

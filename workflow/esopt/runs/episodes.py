@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from esopt.agent.rollout import Sampling, Trajectory, rollout
-from esopt.config import sudoku_max_turns
 from esopt.envs.sudoku import SudokuEnv, SudokuTask, generate_puzzles, instructions, protocol_of, training_tasks
 from esopt.seeding import derive_seed
+from esopt.spec.sudoku import RlRun, SudokuEpisodes, SudokuEvaluation
 
 
 @dataclass(frozen=True)
@@ -28,15 +28,25 @@ class EpisodeSpec:
     observation: str = "board"  # sudoku.observation: the board, or the board and its empty cells
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any], horizon: int, decoding: str, batch_size: int | None = None) -> "EpisodeSpec":
-        s = cfg["agent"]["sampling"]
-        sampling = Sampling.from_profile(s, cfg["agent"]["max_new_tokens"], do_sample=decoding == "sample")
+    def from_specs(cls, episodes: SudokuEpisodes, horizon: int, decoding: str,
+                   batch_size: int | None = None) -> EpisodeSpec:
+        """Episodes at H* decoded greedily or sampled (`decoding`) with the agent's profile."""
+        a = episodes.agent
+        sampling = Sampling.from_profile(a.sampling.settings(), a.max_new_tokens, do_sample=decoding == "sample")
         return cls(
-            size=cfg["sudoku"]["size"], horizon=horizon, max_turns=sudoku_max_turns(cfg, horizon),
-            reward=cfg["sudoku"]["reward"], prompt=cfg["sudoku"]["prompt"], history_turns=cfg["agent"]["history_turns"],
-            sampling=sampling, batch_size=batch_size, thinking=cfg["agent"]["thinking"],
-            observation=cfg["sudoku"]["observation"],
+            size=episodes.size, horizon=horizon, max_turns=episodes.turn_budget(horizon), reward=episodes.reward,
+            prompt=episodes.prompt, history_turns=a.history_turns, sampling=sampling, batch_size=batch_size,
+            thinking=a.thinking, observation=episodes.observation,
         )
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any], horizon: int, decoding: str, batch_size: int | None = None) -> EpisodeSpec:
+        """from_specs with the config's episodes."""
+        return cls.from_specs(SudokuEpisodes.from_config(cfg), horizon, decoding, batch_size)
+
+    def record(self) -> dict[str, Any]:
+        """As an ES history's run records it (`episode`)."""
+        return {k: v for k, v in vars(self).items() if k != "sampling"} | {"sampling": vars(self.sampling)}
 
 
 def run_episodes(model, tokenizer, spec: EpisodeSpec, n: int, seed: int, split: str,
@@ -56,11 +66,10 @@ def run_episodes(model, tokenizer, spec: EpisodeSpec, n: int, seed: int, split: 
     )
 
 
-def train_tasks(cfg: dict[str, Any], horizon: int, n: int, task_seed: int) -> list[SudokuTask]:
+def train_tasks(episodes: SudokuEpisodes, horizon: int, n: int, task_seed: int) -> list[SudokuTask]:
     """A generation's (or RL step's) n training puzzles at H*: fresh ones from `task_seed`,
     or from the fixed pool sudoku.train_pool (esopt.envs.sudoku.training_tasks)."""
-    s = cfg["sudoku"]
-    return training_tasks(s["size"], horizon, n, task_seed, s.get("train_pool"), s.get("train_pool_seed", 0))
+    return training_tasks(episodes.size, horizon, n, task_seed, episodes.train_pool, episodes.train_pool_seed)
 
 
 def repeat_seed(seed: int, repeat: int) -> int:
@@ -93,11 +102,28 @@ def combine_repeats(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def evaluate_sudoku(policy, tokenizer, episodes: SudokuEpisodes, evaluation: SudokuEvaluation, horizon: int,
+             seed: int) -> tuple[list[Trajectory], dict[str, Any]]:
+    """`esopt evaluate` on Sudoku: evaluation.episodes puzzles of the eval split at H* from
+    `seed`, played evaluation.repeats times (the same puzzles, each repeat sampled from its
+    own seed: repeat_seed). The trajectories, repeat by repeat, and their summary."""
+    spec = EpisodeSpec.from_specs(episodes, horizon, evaluation.decoding, batch_size=evaluation.batch_size)
+    if evaluation.repeats == 1:
+        runs = [run_episodes(policy, tokenizer, spec, evaluation.episodes, seed=seed, split="eval")]
+    else:
+        tasks = generate_puzzles(spec.size, spec.horizon, evaluation.episodes, seed=seed, split="eval")
+        runs = [run_episodes(policy, tokenizer, spec, len(tasks), seed, "eval", tasks=tasks,
+                             sampling_seed=repeat_seed(seed, k)) for k in range(evaluation.repeats)]
+    trajs = [t for run in runs for t in run]
+    return trajs, summarize(trajs) if evaluation.repeats == 1 else combine_repeats([summarize(run) for run in runs])
+
+
 def validation_score(cfg: dict[str, Any], select: dict[str, Any]):
     """score(model, tokenizer): mean sampled success over select.horizons, on
     select.episodes puzzles per horizon of the 'valid' split (the warm start's
     checkpoint selection; never the eval split the reported numbers come from)."""
-    specs = [EpisodeSpec.from_config(cfg, h, "sample", batch_size=cfg["evaluate"]["batch_size"]) for h in select["horizons"]]
+    episodes, batch_size = SudokuEpisodes.from_config(cfg), SudokuEvaluation.from_config(cfg).batch_size
+    specs = [EpisodeSpec.from_specs(episodes, h, "sample", batch_size=batch_size) for h in select["horizons"]]
 
     def score(model, tokenizer) -> float:
         rates = [summarize(run_episodes(model, tokenizer, spec, select["episodes"], seed=select["seed"], split="valid"))["success"]
@@ -124,27 +150,26 @@ def summarize(trajs: list[Trajectory]) -> dict[str, Any]:
     }
 
 
-def sudoku_rl_rollouts(cfg: dict[str, Any], tokenizer, horizon: int, sampling: Sampling):
+def sudoku_rl_rollouts(episodes: SudokuEpisodes, rl: RlRun, tokenizer, horizon: int, sampling: Sampling):
     """The RL trainer's rollout_fn on Sudoku: a step's training puzzles at H*, each
     repeated `group` times, as token trajectories (observations outside the loss mask);
     with shard=(rank, world) only the episodes i with i % world == rank (esopt.rl.trainer)."""
     from esopt.agent.tokens import token_rollout
 
-    s, r, a = cfg["sudoku"], cfg["rl"], cfg["agent"]
-    system = instructions(s["size"], s["prompt"])
-    max_turns = sudoku_max_turns(cfg, horizon)
-    protocol = protocol_of(s["prompt"])
+    a = episodes.agent
+    system = instructions(episodes.size, episodes.prompt)
+    max_turns = episodes.turn_budget(horizon)
+    protocol = protocol_of(episodes.prompt)
 
     def rollout_fn(policy, task_seed, sampling_seed, group, counters, shard=(0, 1)):
-        n_tasks = r["ppo" if group == 1 else "grpo"]["tasks_per_step"]
-        tasks = [t for t in train_tasks(cfg, horizon, n_tasks, task_seed) for _ in range(group)]
+        tasks = [t for t in train_tasks(episodes, horizon, rl.tasks_per_step(group), task_seed) for _ in range(group)]
         tasks = tasks[shard[0]::shard[1]]
         return token_rollout(
-            policy, tokenizer, lambda: SudokuEnv(max_turns, s["reward"], s["observation"], protocol), tasks, system=system,
-            sampling=sampling,
-            seed=sampling_seed, max_turns=max_turns, history_turns=a["history_turns"],
-            max_total_tokens=r["max_total_tokens"], batch_size=r["batch_size"], counters=counters,
-            thinking=a["thinking"], history_thinking=a["history_thinking"],
+            policy, tokenizer, lambda: SudokuEnv(max_turns, episodes.reward, episodes.observation, protocol), tasks,
+            system=system, sampling=sampling,
+            seed=sampling_seed, max_turns=max_turns, history_turns=a.history_turns,
+            max_total_tokens=rl.max_total_tokens, batch_size=rl.batch_size, counters=counters,
+            thinking=a.thinking, history_thinking=a.history_thinking,
         )
 
     return rollout_fn

@@ -23,6 +23,7 @@ from esopt.envs.sudoku import generate_puzzles
 from esopt.es import ESTrainer
 from esopt.io import write_text_atomic
 from esopt.runs.episodes import EpisodeSpec, combine_repeats, repeat_seed, run_episodes, summarize, train_tasks
+from esopt.spec.sudoku import EsRun, SudokuEpisodes, SudokuEvaluation
 
 log = logging.getLogger(__name__)
 
@@ -41,24 +42,25 @@ def eval_generations(generations: int, every: int | None) -> set[int]:
 
 @dataclass
 class PeriodicEval:
-    """Evaluate `policy` (a model or an engine holding the run's current weights) at H*."""
+    """Evaluate `policy` (a model or an engine holding the run's current weights) at the run's H*."""
 
-    cfg: dict[str, Any]
-    horizon: int
+    episodes: SudokuEpisodes
+    evaluation: SudokuEvaluation
+    es: EsRun
     policy: Any
     tokenizer: Any
     collective: Any
     path: Path  # EVALS in the resume directory
 
     def __post_init__(self) -> None:
-        ev, s = self.cfg["evaluate"], self.cfg["sudoku"]
-        self.spec = EpisodeSpec.from_config(self.cfg, self.horizon, ev["decoding"], batch_size=ev["batch_size"])
-        self.seed, self.repeats = ev["seed"], ev.get("repeats", 1)
-        self.tasks = {"eval": generate_puzzles(s["size"], self.horizon, ev["episodes"], seed=self.seed, split="eval")}
-        if self.cfg["es"].get("eval_train"):
+        ev, h = self.evaluation, self.es.horizon
+        self.spec = EpisodeSpec.from_specs(self.episodes, h, ev.decoding, batch_size=ev.batch_size)
+        self.seed, self.repeats = ev.seed, ev.repeats
+        self.tasks = {"eval": generate_puzzles(self.episodes.size, h, ev.episodes, seed=self.seed, split="eval")}
+        if self.es.eval_train:
             # the whole pool: train_tasks gives it in order for a batch of its own size
-            self.tasks["train"] = train_tasks(self.cfg, self.horizon, s["train_pool"], task_seed=0)
-        self.due = eval_generations(self.cfg["es"]["generations"], self.cfg["es"].get("eval_every"))
+            self.tasks["train"] = train_tasks(self.episodes, h, self.episodes.train_pool, task_seed=0)
+        self.due = eval_generations(self.es.generations, self.es.eval_every)
 
     def share(self, rank: int, world_size: int) -> dict[tuple[str, int], dict[str, Any]]:
         """summarize() of the (set, repeat) units rank `rank` of `world_size` plays: unit i

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from esopt.spec.sudoku import EsRun, RlRun, SudokuEpisodes, SudokuEvaluation
+
 log = logging.getLogger(__name__)
 
 
@@ -25,11 +27,6 @@ class SudokuTraining:
     budget: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)  # what the provenance record adds
     history: Any = None  # ES: the replayable history
-
-
-def es_method_name(variant: str | None) -> str:
-    """The method an ES run reports as: esopt, or es_VARIANT for an ablation."""
-    return f"es_{variant}" if variant else "esopt"
 
 
 def es_budget(history, params: int, population: int, n_tasks: int, horizon: int, seed: int,
@@ -50,39 +47,33 @@ def es_budget(history, params: int, population: int, n_tasks: int, horizon: int,
     }
 
 
-def train_es(cfg: dict, model_dir: str, horizon: int, population: int, seed: int, variant: str | None,
-             resume_dir: Path, traj_dir: Path, collective) -> SudokuTraining:
-    """Agentic ESOpt (or the es.variants ablation `variant`) from the model in `model_dir`.
-    Every member sees the same task batch and sampling seed (common random numbers); the
-    population is sharded over the collective's ranks, which must end at the same weights."""
+def train_es(es: EsRun, episodes: SudokuEpisodes, evaluation: SudokuEvaluation, engine: dict[str, Any], model_dir: str,
+             population: int, seed: int, resume_dir: Path, traj_dir: Path, collective) -> SudokuTraining:
+    """Agentic ESOpt (or its es.variants ablation) at es.horizon from the model in `model_dir`,
+    on the `engine` (esopt.config.engine_settings). Every member sees the same task batch and
+    sampling seed (common random numbers); the population is sharded over the collective's
+    ranks, which must end at the same weights."""
     from esopt.agent.engines import hf_model_device, open_engine
     from esopt.agent.rollout import kept_steps, write_trajectories
-    from esopt.config import engine_settings, es_settings
-    from esopt.es import ESConfig, ESTrainer
-    from esopt.hashing import weights_sha256
+    from esopt.es import ESConfig, ESRun, ESTrainer
     from esopt.models.load import load_model_and_tokenizer
     from esopt.runs.episodes import EpisodeSpec, run_episodes, summarize, train_tasks
     from esopt.runs.periodic import EVALS, EvaluatingESTrainer, PeriodicEval, read_evals, with_evals
 
-    engine = engine_settings(cfg, "sudoku")
+    horizon = es.horizon
     # with vLLM: the host copy the result is saved from, off the GPU the engine needs
     model, tok = load_model_and_tokenizer(model_dir, device=hf_model_device(engine))
-    base_hash = weights_sha256(model)
-    settings = es_settings(cfg, horizon, variant)
-    es_cfg = ESConfig.from_settings(settings, population, seed)
+    es_cfg = ESConfig.from_settings(es.settings(), population, seed)
     policy, engine_record = open_engine(engine, model, tok, model_dir, seed=seed)
-    perturber = None
-    if policy is not model:  # ES inside the engine: the HF model waits on the host for the final weights
-        perturber = policy.perturber(es_cfg.update_rounding, revert=settings.get("revert", "auto"))
-    method = es_method_name(variant)
-    spec = EpisodeSpec.from_config(cfg, horizon, settings["member_decoding"])
-    n_tasks = cfg["es"]["tasks_per_member"]
+    weights = ESRun(model, es_cfg.update_rounding, es.revert, policy=policy)
+    spec = EpisodeSpec.from_specs(episodes, horizon, es.member_decoding)
+    n_tasks = es.tasks_per_member
     keep = kept_steps(es_cfg.generations)
 
     def fitness(member):
         counters: dict[str, int] = {}
         trajs = run_episodes(policy, tok, spec, n_tasks, seed=member.task_seed, split="train", counters=counters,
-                             tasks=train_tasks(cfg, horizon, n_tasks, member.task_seed))
+                             tasks=train_tasks(episodes, horizon, n_tasks, member.task_seed))
         if member.index == 0 and member.generation in keep:
             write_trajectories(traj_dir / f"gen{member.generation:04d}.jsonl", trajs,
                                generation=member.generation, member=0, sigma=member.sigma)
@@ -97,52 +88,38 @@ def train_es(cfg: dict, model_dir: str, horizon: int, population: int, seed: int
                  rec.generation, rec.sigma, m["mean_reward"], m["max_reward"], m["success_rate"], rec.wall_s)
 
     # es.eval_every: evaluate on every rank after the due generations (esopt.runs.periodic)
-    pool = {k: cfg["sudoku"][k] for k in ("train_pool", "train_pool_seed")} if cfg["sudoku"].get("train_pool") else {}
-    evaluate = PeriodicEval(cfg, horizon, policy, tok, collective, resume_dir / EVALS) if settings.get("eval_every") else None
-    trainer = (EvaluatingESTrainer if evaluate else ESTrainer)(
-        model if perturber is None else None, es_cfg, fitness, history_path=resume_dir / "history.json",
-        run_info={"benchmark": "sudoku", "horizon": horizon, "method": method, "base_weights_sha256": base_hash,
-                  "episode": {k: v for k, v in vars(spec).items() if k != "sampling"} | {"sampling": vars(spec.sampling)},
+    pool = {"train_pool": episodes.train_pool, "train_pool_seed": episodes.train_pool_seed} if episodes.train_pool else {}
+    evaluate = PeriodicEval(episodes, evaluation, es, policy, tok, collective, resume_dir / EVALS) if es.eval_every else None
+    trainer = weights.trainer(
+        es_cfg, fitness, history_path=resume_dir / "history.json", trainer_cls=EvaluatingESTrainer if evaluate else ESTrainer,
+        run_info={"benchmark": "sudoku", "horizon": horizon, "method": es.method,
+                  "base_weights_sha256": weights.base_weights_sha256, "episode": spec.record(),
                   "tasks_per_member": n_tasks} | pool,
-        on_generation=on_generation, collective=collective, revert=settings.get("revert", "exact"),
-        perturber=perturber, **({"evaluate": evaluate} if evaluate else {}),
+        on_generation=on_generation, collective=collective, **({"evaluate": evaluate} if evaluate else {}),
     )
     try:
         history = trainer.run()
-        if perturber is not None:
-            load_weights(model, policy.state_dict())
+        weights.finish(history)
     finally:
-        if perturber is not None:
+        if weights.in_engine:
             policy.close()
-    history.final = {"weights_sha256": weights_sha256(model)}
     replicas = collective.all_gather(history.final["weights_sha256"])
     if len(set(replicas)) != 1:
         raise RuntimeError(f"ES replicas diverged: final weight hashes by rank {replicas}")
-    budget = es_budget(history, sum(p.numel() for p in model.parameters()), population, n_tasks, horizon, seed, method)
+    budget = es_budget(history, sum(p.numel() for p in model.parameters()), population, n_tasks, horizon, seed, es.method)
     budget["ranks"] = collective.world_size
-    extra = {"base_weights_sha256": base_hash, "final_weights_sha256": history.final["weights_sha256"],
+    extra = {"base_weights_sha256": weights.base_weights_sha256, "final_weights_sha256": history.final["weights_sha256"],
              "model_device": str(model.device), "engine": engine_record,
              "ranks": {"world_size": collective.world_size, "replica_weights_sha256": replicas}}
     metrics = with_evals([r.metrics() for r in history.generations], read_evals(resume_dir / EVALS))
     return SudokuTraining(model, tok, metrics, budget, extra, history)
 
 
-def load_weights(model, tensors: dict[str, Any]) -> None:
-    """Copy tensors named as model.named_parameters() into the model (an engine's final weights)."""
-    import torch
-
-    params = dict(model.named_parameters())
-    if tensors.keys() != {n for n, p in params.items() if p.is_floating_point()}:
-        raise RuntimeError("the engine's weights do not name the model's parameters")
-    with torch.no_grad():
-        for name, t in tensors.items():
-            params[name].copy_(t)
-
-
-def train_rl(cfg: dict, model_dir: str, algo: str, sampling_profile: str, horizon: int, seed: int,
-             resume_dir: Path, traj_dir: Path, collective=None) -> SudokuTraining:
+def train_rl(rl: RlRun, episodes: SudokuEpisodes, model_dtype: str, model_dir: str, algo: str, sampling_profile: str,
+             horizon: int, seed: int, resume_dir: Path, traj_dir: Path, collective=None) -> SudokuTraining:
     """Agentic GRPO or PPO (`algo`) under a sampling profile (rl.trainer.SAMPLING_PROFILES)
-    from the model in `model_dir`; the optimizer checkpoint is resume_dir/checkpoint.pt.
+    from the model in `model_dir`, saved in `model_dtype` (model.dtype); the optimizer
+    checkpoint is resume_dir/checkpoint.pt.
     Over a collective of several ranks the models are sharded and each rank rolls out its
     share of the episodes (esopt.rl.sharding); rank 0 returns the trained model, the others None."""
     import torch
@@ -154,18 +131,17 @@ def train_rl(cfg: dict, model_dir: str, algo: str, sampling_profile: str, horizo
     from esopt.rl.trainer import SAMPLING_PROFILES, RLConfig, RLTrainer, method_name, rl_flops
     from esopt.runs.episodes import sudoku_rl_rollouts
 
-    r = cfg["rl"]
     # Training keeps master weights in rl.dtype (fp32: AdamW on bf16 weights loses small
     # updates to rounding); the saved model is cast back to model.dtype for evaluation.
-    policy, tok = load_model_and_tokenizer(model_dir, dtype=r["dtype"])
+    policy, tok = load_model_and_tokenizer(model_dir, dtype=rl.dtype)
     base_hash = weights_sha256(policy)
-    prof = {**cfg["agent"]["sampling"], **(SAMPLING_PROFILES[sampling_profile] or {})}
-    sampling = Sampling.from_profile(prof, cfg["agent"]["max_new_tokens"])
-    rcfg = RLConfig.from_settings(r, algo, prof, seed)
+    prof = {**episodes.agent.sampling.settings(), **(SAMPLING_PROFILES[sampling_profile] or {})}
+    sampling = Sampling.from_profile(prof, episodes.agent.max_new_tokens)
+    rcfg = RLConfig.from_settings(rl.settings(), algo, prof, seed)
     critic = build_critic(policy, model_dir, rcfg.critic).to(policy.device) if algo == "ppo" else None
     method = method_name(algo, sampling_profile)
     keep = kept_steps(rcfg.steps)
-    inner = sudoku_rl_rollouts(cfg, tok, horizon, sampling)
+    inner = sudoku_rl_rollouts(episodes, rl, tok, horizon, sampling)
     step_of = {"t": 0}
 
     def rollout_fn(policy_, task_seed, sampling_seed, group, counters, shard=(0, 1)):
@@ -210,11 +186,11 @@ def train_rl(cfg: dict, model_dir: str, algo: str, sampling_profile: str, horizo
         weights = full_state_dict(policy)
         if trainer.rank != 0:  # rank 0 publishes
             return SudokuTraining(None, tok, metrics, budget)
-        final, _ = load_model_and_tokenizer(model_dir, dtype=cfg["model"]["dtype"], device="cpu")
+        final, _ = load_model_and_tokenizer(model_dir, dtype=model_dtype, device="cpu")
         final.load_state_dict(weights)
     else:
-        final = policy.to(getattr(torch, cfg["model"]["dtype"]))
+        final = policy.to(getattr(torch, model_dtype))
     extra = {"base_weights_sha256": base_hash, "final_weights_sha256": weights_sha256(final), "budget": budget,
-             "model_device": device, "base_weights_dtype": r["dtype"], "ranks": ranks}
+             "model_device": device, "base_weights_dtype": rl.dtype, "ranks": ranks}
     log.info("%d steps, %d episodes, %.3g FLOPs", len(metrics), totals["episodes"], flops)
     return SudokuTraining(final, tok, metrics, budget, extra)
