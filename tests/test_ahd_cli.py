@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from esopt.cli import audit, build_ahd_model, search_heuristics
+from esopt.cli import audit, build_model, search_heuristics
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,7 +23,7 @@ def setup(tmp_path_factory):
                                       "params": {"n_ants": 4, "n_iterations": 2}}
     path = d / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    assert build_ahd_model.main(["--config", str(path), "--out", str(d / "writer")]) == 0
+    assert build_model.main(["--for", "ahd", "--config", str(path), "--out", str(d / "writer")]) == 0
     return {"dir": d, "config": str(path), "model": str(d / "writer")}
 
 
@@ -35,7 +35,7 @@ def search(s, out, task="construct_tsp", method="eoh", es=True, budget=16):
 
 def test_the_writer_answers_expression_prompts(setup):
     prov = json.loads((Path(setup["model"]) / "provenance.json").read_text())
-    assert prov["command"] == "build-ahd-model" and prov["model"]["parameters"] > 0
+    assert prov["command"] == "build-model" and prov["model"]["parameters"] > 0
     assert (Path(setup["model"]) / "model.safetensors").exists()
 
 

@@ -96,15 +96,16 @@ BAD_ARGUMENTS = [  # (command line after `esopt`, what the message names)
     (["train-rl", "--horizon", "20"], "20 blanks on a 4x4 board"),
     (["memory", "--method", "sgd"], "'sgd'"),
     (["memory", "--device", "gpu7"], "--device"),
-    (["build-tool-model", "--data", "math"], "expected BENCHMARK=DIR"),
-    (["build-tool-model", "--data", "chess=DIR"], "'chess' is not a benchmark"),
+    (["build-model", "--data", "math"], "expected BENCHMARK=DIR"),
+    (["build-model", "--data", "chess=DIR"], "'chess' is not a benchmark"),
+    (["evaluate", "--benchmark", "chess"], "'chess'"),
 ]
 REQUIRED = {  # the rest of a valid command line; the bad argument comes last and wins
     "evaluate": ["--model", "MODEL", "--horizon", 2, "--out", "OUT"],
     "train-es": ["--model", "MODEL", "--horizon", 2, "--population", 4, "--seed", 0, "--out", "OUT"],
     "train-rl": ["--model", "MODEL", "--horizon", 2, "--algo", "grpo", "--seed", 0, "--out", "OUT"],
     "memory": ["--method", "inference", "--model", "MODEL", "--out", "OUT"],
-    "build-tool-model": ["--out", "OUT"],
+    "build-model": ["--for", "tools", "--out", "OUT"],
 }
 
 

@@ -173,9 +173,9 @@ def test_a_new_interval_reruns_the_check_and_rebuilds_no_model(tmp_path):
 
     a = load_config(_smoke_with(tmp_path, tools={"math/dapo": [0.1, 0.2]}, ahd={"construct_tsp": [0.1, 0.2]}))
     b = load_config(_smoke_with(tmp_path, tools={"math/dapo": [0.3, 0.4]}, ahd={"construct_tsp": [0.5, 0.9]}))
-    for command, name in (("build-tool-model", "smoke-qwen35-tools"), ("build-ahd-model", "smoke-qwen35-ahd")):
-        assert settings(command, a) == settings(command, b)
-        assert "expect" not in settings(command, a)["model"]
+    for target, name in (("tools", "smoke-qwen35-tools"), ("ahd", "smoke-qwen35-ahd")):
+        assert settings("build-model", a, target=target) == settings("build-model", b, target=target)
+        assert "expect" not in settings("build-model", a, target=target)["model"]
         assert settings("check-models", a, name=name) != settings("check-models", b, name=name)
 
 

@@ -274,6 +274,16 @@ def command_of(shellcmd: str, wd) -> str:
     return words[words.index("esopt.cli.main") + 1] if "esopt.cli.main" in words else words[words.index("esopt") + 1]
 
 
+def benchmarks_of(shellcmd: str) -> tuple[str, ...]:
+    """The agent benchmarks a job runs, whose packages its code input lists: --benchmark B, or
+    build-model's --data B=DIR (esopt.provenance.jobs.code_files)."""
+    from esopt.envs.benchmarks import BENCHMARKS
+
+    words = shellcmd.split()
+    values = [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("--benchmark", "--data")]
+    return tuple(b for b in (v.split("=")[0] for v in values) if b in BENCHMARKS)
+
+
 def package_files(paths, root) -> set[str]:
     """The files of the package (checked out under root/workflow/esopt) among paths, relative to it."""
     pkg = root / "workflow" / "esopt"
@@ -286,21 +296,24 @@ def test_every_job_lists_exactly_the_code_its_command_imports(workdir):
     ran = job_metadata(workdir)
     assert {m["rule"] for m in ran.values()} == set(REPORTS) | {"build_model", "build_probe_model", "evaluate_base",
         "train_es", "evaluate_es", "train_rl", "evaluate_rl", "memory", "check_models", *TOOL_JOBS, *WEB_JOBS, *AHD_JOBS}
-    imported = {cmd: package_files(jobs.code_files(cmd), ROOT) for cmd in {command_of(c, workdir) for c in ran}}
+    job_code = {c: (command_of(c, workdir), benchmarks_of(c)) for c in ran}
+    imported = {key: package_files(jobs.code_files(*key), ROOT) for key in set(job_code.values())}
     listed = {c: package_files(m["input"], workdir) for c, m in ran.items()}
     for shellcmd, files in listed.items():
-        assert files == imported[command_of(shellcmd, workdir)], (ran[shellcmd]["rule"], files ^ imported[command_of(shellcmd, workdir)])
+        assert files == imported[job_code[shellcmd]], (ran[shellcmd]["rule"], files ^ imported[job_code[shellcmd]])
     # for every module of the package: the jobs that list it are the jobs whose command imports it
     for module in all_modules():
         rel = os.path.relpath(module_file(module), ROOT / "workflow" / "esopt")
-        assert {c for c, f in listed.items() if rel in f} == {c for c in ran if rel in imported[command_of(c, workdir)]}
+        assert {c for c, f in listed.items() if rel in f} == {c for c in ran if rel in imported[job_code[c]]}
     # and what each command really loaded when it ran is among the files its jobs list
     for line in (workdir / "imports.jsonl").read_text().splitlines():
         rec = json.loads(line)
         if rec["command"] in ("audit", "replay"):
             continue
         loaded = {os.path.relpath(module_file(m), ROOT / "workflow" / "esopt") for m in rec["modules"] if module_file(m)}
-        assert loaded <= imported[rec["command"]], (rec["command"], loaded - imported[rec["command"]])
+        # the log names the command, not its benchmark: the code of any of the command's jobs
+        code = set().union(*(files for (cmd, _), files in imported.items() if cmd == rec["command"]))
+        assert loaded <= code, (rec["command"], loaded - code)
 
 
 @pytest.mark.pipeline

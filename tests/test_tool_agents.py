@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from esopt.cli import build_tool_model, evaluate_agent, prepare_data, train_agent
+from esopt.cli import build_model, evaluate, prepare_data, train_agent
 from esopt.runs import tool_training
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +59,8 @@ def setup(tmp_path_factory, analyst_url):
     for name in ("train", "dapo"):
         assert prepare_data.main(["--config", str(path), "--benchmark", "math", "--set", name,
                                   "--out", str(d / name)]) == 0
-    assert build_tool_model.main(["--config", str(path), "--data", f"math={d / 'train'}", "--out", str(d / "model")]) == 0
+    assert build_model.main(["--for", "tools", "--config", str(path), "--data", f"math={d / 'train'}",
+                             "--out", str(d / "model")]) == 0
     return {"dir": d, "config": str(path), "model": str(d / "model"), "train": str(d / "train"), "dapo": str(d / "dapo")}
 
 
@@ -76,7 +77,7 @@ def test_prepared_sets_and_model_carry_provenance(setup):
     d = setup["dir"]
     assert len((d / "train/tasks.jsonl").read_text().splitlines()) == 16
     prov = json.loads((d / "model/provenance.json").read_text())
-    assert prov["command"] == "build-tool-model" and prov["model"]["warmstart"]["examples"] > 0
+    assert prov["command"] == "build-model" and prov["model"]["warmstart"]["examples"] > 0
     assert (d / "model/weights.sha256.json").exists()
 
 
@@ -147,16 +148,16 @@ def test_coevolution_killed_between_es_and_skill_updates_resumes_exactly(setup, 
 
 def test_mean_at_k_is_the_mean_of_k_sampled_passes(setup, tmp_path):
     out = tmp_path / "ev.json"
-    assert evaluate_agent.main(["--config", setup["config"], "--benchmark", "math", "--model", setup["model"],
-                                "--data", setup["dapo"], "--out", str(out),
-                                "--meta", json.dumps({"method": "no_skill", "benchmark": "math", "dataset": "dapo"})]) == 0
+    assert evaluate.main(["--config", setup["config"], "--benchmark", "math", "--model", setup["model"],
+                          "--data", setup["dapo"], "--out", str(out),
+                          "--meta", json.dumps({"method": "no_skill", "benchmark": "math", "dataset": "dapo"})]) == 0
     s = json.loads(out.read_text())
     assert s["k"] == 2 and len(s["scores"]) == 2 and s["tasks"] == 4
     assert s["mean_at_k"] == pytest.approx(sum(s["scores"]) / 2)
     trajs = out.with_suffix(".trajectories.jsonl").read_text().splitlines()
     assert len(trajs) == 2 * 4
     prov = json.loads(out.with_suffix(".provenance.json").read_text())
-    assert prov["command"] == "evaluate-agent" and prov["engine"]["name"] == "hf"
+    assert prov["command"] == "evaluate" and prov["engine"]["name"] == "hf"
 
 
 def test_audit_checks_tool_results_against_the_sections_they_depend_on(setup, tmp_path, capsys):

@@ -1,5 +1,5 @@
 """Tool agents (ReAct Math with the real Python sandbox) in vLLM, on a tiny Qwen3 tool model
-on CPU: esopt evaluate-agent writes the same summary through vLLM as through HF; a
+on CPU: esopt evaluate writes the same agent summary through vLLM as through HF; a
 conversation's prompts grow turn by turn while the prefix cache serves the earlier turns
 (greedy replies equal those of re-encoding every turn); esopt train-agent's ES inside the
 engine ends at weights HF replays from its history, with and without Trace2Skill.
@@ -20,7 +20,7 @@ import pytest
 import torch
 import yaml
 
-from esopt.cli import build_tool_model, evaluate_agent, prepare_data, train_agent
+from esopt.cli import build_model, evaluate, prepare_data, train_agent
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -51,8 +51,8 @@ def setup(tmp_path_factory):
     for name in ("train", "dapo"):
         assert prepare_data.main(["--config", str(paths["hf"]), "--benchmark", "math", "--set", name,
                                   "--out", str(d / name)]) == 0
-    assert build_tool_model.main(["--config", str(paths["hf"]), "--data", f"math={d / 'train'}",
-                                  "--out", str(d / "model")]) == 0
+    assert build_model.main(["--for", "tools", "--config", str(paths["hf"]), "--data", f"math={d / 'train'}",
+                             "--out", str(d / "model")]) == 0
     return {"vllm": str(paths["vllm"]), "hf": str(paths["hf"]), "model": str(d / "model"), "train": str(d / "train"),
             "dapo": str(d / "dapo")}
 
@@ -105,13 +105,13 @@ def open_shared(setup, engine):
     return engine["engine"], tok
 
 
-def test_evaluate_agent_writes_the_same_summary_through_vllm_and_hf(setup, engine, tmp_path):
+def test_evaluate_writes_the_same_agent_summary_through_vllm_and_hf(setup, engine, tmp_path):
     out = {}
     for name in ("vllm", "hf"):
         out[name] = tmp_path / f"{name}.json"
-        assert evaluate_agent.main(["--config", setup[name], "--benchmark", "math", "--model", setup["model"],
-                                    "--data", setup["dapo"], "--out", str(out[name]),
-                                    "--meta", json.dumps({"method": "no_skill", "benchmark": "math"})]) == 0
+        assert evaluate.main(["--config", setup[name], "--benchmark", "math", "--model", setup["model"],
+                              "--data", setup["dapo"], "--out", str(out[name]),
+                              "--meta", json.dumps({"method": "no_skill", "benchmark": "math"})]) == 0
     s = {n: json.loads(p.read_text()) for n, p in out.items()}
     assert {k: type(v) for k, v in s["vllm"].items()} == {k: type(v) for k, v in s["hf"].items()}
     assert s["vllm"]["k"] == s["hf"]["k"] == 2 and s["vllm"]["tasks"] == s["hf"]["tasks"] == 4

@@ -1,5 +1,5 @@
 """The web benchmark as a pipeline stage: its config block, the jobs' settings, the
-commands (prepare-data, build-web-model, train-agent, evaluate-agent) in a real browser,
+commands (prepare-data, build-model --for web, train-agent, evaluate) in a real browser,
 the per-site summary and the WebArena-Lite table."""
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ def test_web_model_name_must_differ_from_the_others():
 
 def test_web_jobs_depend_on_the_web_block_and_tool_jobs_do_not_change():
     cfg = load_config(ROOT / "config/smoke.yaml")
-    tools = jobs.settings("evaluate-agent", cfg)
-    assert tools == jobs.settings("evaluate-agent", cfg, benchmark="math")  # the tool rules pass no benchmark
+    tools = jobs.settings("evaluate", cfg, block="tool_agents")
+    assert tools == jobs.settings("evaluate", cfg, benchmark="math")  # the tool rules' view: the whole block
     assert tools["evaluate"] == cfg["tool_agents"]["evaluate"] and "tools" in tools["episode"]
-    web = jobs.settings("evaluate-agent", cfg, benchmark="web")
+    web = jobs.settings("evaluate", cfg, benchmark="web")
     assert web["evaluate"] == cfg["web"]["evaluate"]
     assert web["episode"] == tool_episode_settings(cfg, "web")
     assert web["episode"]["sites"] == "local" and web["episode"]["observation"] == "axtree"
@@ -65,8 +65,9 @@ def test_web_jobs_depend_on_the_web_block_and_tool_jobs_do_not_change():
     # a change of web's observation reruns the web jobs only
     other = copy.deepcopy(cfg)
     other["web"]["max_obs_chars"] = 999
-    assert jobs.settings("evaluate-agent", other, benchmark="web") != web
-    assert jobs.settings("evaluate-agent", other) == tools
+    assert jobs.settings("evaluate", other, benchmark="web") != web
+    assert jobs.settings("evaluate", other, block="tool_agents") == tools
+    assert jobs.settings("evaluate", other) == jobs.settings("evaluate", cfg)  # nor Sudoku's
     assert jobs.settings("train-agent", other, method="esopt", benchmark="math") == \
         jobs.settings("train-agent", cfg, method="esopt", benchmark="math")
 
@@ -117,7 +118,7 @@ def test_webarena_table_means_seeds_per_site_and_sets_the_paper_beside(tmp_path)
 
 
 def test_demonstrations_on_other_site_seeds_never_phrase_a_held_out_intent():
-    from esopt.cli.build_web_model import demonstration_sets
+    from esopt.models.demonstrations.web import demonstration_sets
     from esopt.envs.web.templates import generate_tasks
 
     raw = smoke()
@@ -196,9 +197,9 @@ def web_run(tmp_path_factory):
     cfg.write_text(yaml.safe_dump(raw))
     esopt("prepare-data", "--config", cfg, "--benchmark", "web", "--set", "train", "--out", "data/train", cwd=wd)
     esopt("prepare-data", "--config", cfg, "--benchmark", "web", "--set", "lite", "--out", "data/lite", cwd=wd)
-    esopt("build-web-model", "--config", cfg, "--data", "data/train", "--out", "models/web", cwd=wd)
+    esopt("build-model", "--for", "web", "--config", cfg, "--data", "web=data/train", "--out", "models/web", cwd=wd)
     meta = json.dumps({"method": "no_skill", "benchmark": "web", "dataset": "lite"})
-    esopt("evaluate-agent", "--config", cfg, "--benchmark", "web", "--model", "models/web", "--data", "data/lite",
+    esopt("evaluate", "--config", cfg, "--benchmark", "web", "--model", "models/web", "--data", "data/lite",
           "--out", "eval/base.json", "--meta", meta, cwd=wd)
     esopt("train-agent", "--config", cfg, "--method", "esopt_trace2skill", "--benchmark", "web", "--seed", 0,
           "--model", "models/web", "--data", "data/train", "--out", "train/e2s", cwd=wd)

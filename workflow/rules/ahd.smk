@@ -21,18 +21,18 @@ if AHD_MODEL_BUILT:
     rule build_ahd_model:
         input:
             config=ancient(CONFIGFILE),
-            code=code("build-ahd-model"),
+            code=code("build-model"),
         output:
             model=directory(AHD_MODEL_DIR),
         params:
-            settings=settings("build-ahd-model"),
+            settings=settings("build-model", target="ahd"),
         log:
             f"{LOGS}/build_ahd_model/{AHD_MODEL}.log",
         threads: (AHD.get("model") or {}).get("warmstart", {}).get("threads", config["threads"])
         conda:
             "../../envs/esopt.yaml"
         shell:
-            "esopt build-ahd-model --config {input.config} --out {output.model} --rule {rule} > {log} 2>&1"
+            "esopt build-model --for ahd --config {input.config} --out {output.model} --rule {rule} > {log} 2>&1"
 
 
 # One run: a search (EoH or Sample) for one task and budget, on the fixed writer (base) or

@@ -80,9 +80,10 @@ def settings(command, **keys):
     return jobs.settings(command, config, **keys)
 
 
-def code(command):
-    """The package files `esopt COMMAND` imports: editing one reruns exactly those jobs."""
-    return jobs.code_files(command)
+def code(command, benchmarks=()):
+    """The package files `esopt COMMAND` imports, with the packages of the agent benchmarks
+    the job runs: editing one reruns exactly those jobs."""
+    return jobs.code_files(command, benchmarks)
 
 
 def wildcards_json(wildcards):
@@ -196,7 +197,7 @@ def reference_json():
 # ---- Tool agents (config `tool_agents`): ReAct Math, DocVQA, Trace2Skill ----
 TA = config.get("tool_agents") or {}
 TOOL_BENCHMARKS = list(TA.get("benchmarks", {}))
-# A tiny tool model is built by build_tool_model; otherwise the tool agents use `model`.
+# A tiny tool model is built by build_tool_model (esopt build-model --for tools); otherwise the tool agents use `model`.
 TOOL_MODEL_BUILT = bool(TA.get("model")) and TA["model"].get("source") == "tiny"
 TOOL_MODEL = TA["model"]["name"] if TOOL_MODEL_BUILT else MODEL
 TOOL_MODEL_DIR = f"{R}/models/{TOOL_MODEL}"
@@ -233,7 +234,7 @@ TOOL_COLUMNS = [[f"{b}_{d}", TA["benchmarks"][b]["eval"][d].get("label", d)] for
 
 # ---- Web agents (config `web`): WebArena-Lite in a real browser ----
 WEB = config.get("web") or {}
-# web.model (a tiny one, or a hub model of its own) is made by build_web_model; without it the
+# web.model (a tiny one, or a hub model of its own) is made by build_web_model (esopt build-model --for web); without it the
 # web agent uses `model`.
 WEB_MODEL_BUILT = bool(WEB.get("model"))
 WEB_MODEL = WEB["model"]["name"] if WEB_MODEL_BUILT else MODEL

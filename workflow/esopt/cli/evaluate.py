@@ -1,28 +1,43 @@
-"""esopt evaluate: success of a model on held-out puzzles at one horizon H*.
+"""esopt evaluate: a model on held-out tasks of one benchmark (--benchmark; Sudoku by default).
 
-Writes FILE.json (summary with binomial standard error), FILE.trajectories.jsonl
-(every episode, repeat by repeat) and FILE.provenance.json. The eval puzzles come from the
-'eval' split, which is disjoint from every training batch by construction; with
-evaluate.repeats > 1 each is played that many times (the authors' protocol: 32 x 3).
+sudoku: success on held-out puzzles at one horizon H* (--horizon), with its binomial
+        standard error. The puzzles come from the 'eval' split, disjoint from every
+        training batch by construction; with evaluate.repeats > 1 each is played that
+        many times (the authors' protocol: 32 x 3).
+an agent benchmark (esopt.envs.benchmarks: math, docvqa, web): Mean@k on an evaluation
+        set (--data, from esopt prepare-data). Every task is answered k times
+        (tool_agents.evaluate.samples or web.evaluate.samples, sampled decoding with k
+        seeds); Mean@k is the mean score over all k x tasks episodes (the benchmark's
+        metric: success for math and web, ANLS for DocVQA), plus the benchmark's own
+        summary keys (web: success by site, `by_site`). On the real web sites, `web.reset`
+        runs before every round (sample), as VisualAgentBench's README requires, its
+        times in the summary's `resets`; a fuzzy-match judge failure stops the round and
+        the job (never scored 0). --skill adds a Trace2Skill document to the system
+        prompt. The episodes run on the benchmark's engine (engine.B: HF generate or
+        vLLM, docs/engine.md); with vLLM the HF model is only read on the host.
+Writes FILE.json (the summary), FILE.trajectories.jsonl (every episode, repeat by repeat
+or sample by sample) and FILE.provenance.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import statistics
 from pathlib import Path
 
 from esopt.cli.common import add_provenance_args, add_threads_arg, json_object, parse_wildcards, run_main, setup
+from esopt.envs.benchmarks import BENCHMARKS
 from esopt.io import write_json_atomic
 from esopt.provenance.record import Provenance
 
 log = logging.getLogger("esopt.evaluate")
 
-BENCHMARKS = ("sudoku",)  # the tool benchmarks have esopt evaluate-agent
+SUDOKU = "sudoku"  # the default benchmark, with its own settings blocks (sudoku, evaluate) and horizons
 
 
-def main_fn(args: argparse.Namespace) -> int:
-    cfg = setup(args.config, args.threads)
+def sudoku(args: argparse.Namespace, cfg: dict, out: Path) -> None:
+    """Success at H* = --horizon on held-out puzzles."""
     from esopt.agent.engines import hf_model_device, open_engine
     from esopt.agent.rollout import write_trajectories
     from esopt.config import engine_settings
@@ -30,9 +45,6 @@ def main_fn(args: argparse.Namespace) -> int:
     from esopt.models.load import load_model_and_tokenizer
     from esopt.runs.episodes import EpisodeSpec, combine_repeats, repeat_seed, run_episodes, summarize
 
-    out = Path(args.out)
-    if out.suffix != ".json" or out.is_dir():
-        raise ValueError(f"--out {out}: expected a .json file")
     ev = cfg["evaluate"]
     seed = ev["seed"] if args.seed is None else args.seed
     engine = engine_settings(cfg, "sudoku")
@@ -64,6 +76,90 @@ def main_fn(args: argparse.Namespace) -> int:
     write_json_atomic(out, summary)
     prov.write(out.with_suffix(".provenance.json"), outputs=[out, traj_path], extra={"model_device": str(model.device), "engine": engine_record})
     log.info("H*=%d: success %.3f ± %.3f over %d episodes", args.horizon, summary["success"], summary["success_se"], len(trajs))
+
+
+def agent(args: argparse.Namespace, cfg: dict, out: Path) -> None:
+    """Mean@k of an agent benchmark on the evaluation set --data."""
+    from esopt.agent.rollout import write_trajectories
+    from esopt.config import agent_section, agent_section_name
+    from esopt.envs.benchmarks import get
+    from esopt.models.load import load_model_and_tokenizer
+    from esopt.runs.tool_episodes import (
+        ToolEpisodeSpec,
+        episode_envs,
+        evaluation_rounds,
+        host_device,
+        load_tasks,
+        make_tools,
+        rollout_policy,
+        sandbox_provenance,
+        site_reset,
+        summarize_tool,
+        web_provenance,
+    )
+
+    bench = get(args.benchmark)
+    if agent_section_name(args.benchmark) not in cfg:
+        raise ValueError(f"{args.config} has no {agent_section_name(args.benchmark)} block")
+    ev = agent_section(cfg, args.benchmark)["evaluate"]
+    seed = ev["seed"] if args.seed is None else args.seed
+    skill = Path(args.skill).read_text() if args.skill else ""
+    model, tok = load_model_and_tokenizer(args.model, device=host_device(cfg, args.benchmark))
+    tasks = load_tasks(args.data, args.benchmark)
+    tools = make_tools(cfg, args.benchmark, args.data)
+    inputs = [args.config, args.model, args.data] + ([args.skill] if args.skill else [])
+    runs = [Path(args.model).parent] + ([Path(args.skill).parent] if args.skill else [])
+    for run in dict.fromkeys(runs):  # the training run that made the model or the skill, once, in order
+        if (run / "provenance.json").exists():
+            inputs.append(str(run / "provenance.json"))
+    prov = Provenance("evaluate", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
+                      seeds={"evaluate": seed}, inputs=inputs)
+    samples, every = [], []
+    reset = site_reset(cfg, args.benchmark, tasks)  # real sites: web.reset before every round, timed
+    with episode_envs(cfg, args.benchmark, tools, tasks=tasks, reset=reset) as make_env, \
+            rollout_policy(cfg, args.benchmark, model, tok, args.model, seed) as (policy, engine_record):
+        spec = ToolEpisodeSpec.from_config(cfg, args.benchmark, ev["decoding"], batch_size=ev["batch_size"],
+                                           make_env=make_env)
+        for trajs in evaluation_rounds(policy, tok, spec, tools, tasks, ev["samples"], seed, skill, reset):
+            samples.append(summarize_tool(trajs))
+            every += trajs
+    scores = [s["score"] for s in samples]
+    summary = {"benchmark": args.benchmark, "model": str(args.model), "skill": args.skill, "meta": parse_wildcards(args.meta),
+               "k": ev["samples"], "mean_at_k": statistics.fmean(scores),
+               "sample_std": statistics.pstdev(scores), "scores": scores, "tasks": len(tasks),
+               "decoding": ev["decoding"], "seed": seed, **{f"all_{k}": v for k, v in summarize_tool(every).items()}}
+    if bench.summary is not None:
+        summary |= bench.summary(tasks, every)
+    if reset is not None:
+        summary["resets"] = reset.records
+    traj_path = out.with_suffix(".trajectories.jsonl")
+    write_trajectories(traj_path, every)
+    write_json_atomic(out, summary)
+    prov.write(out.with_suffix(".provenance.json"), outputs=[out, traj_path],
+               extra={"model_device": str(model.device), "engine": engine_record,
+                      **sandbox_provenance(cfg, args.benchmark),
+                      **web_provenance(cfg, args.benchmark)})
+    log.info("%s Mean@%d %.3f (samples %s)", args.benchmark, ev["samples"], summary["mean_at_k"],
+             ", ".join(f"{x:.3f}" for x in scores))
+
+
+def main_fn(args: argparse.Namespace) -> int:
+    cfg = setup(args.config, args.threads)
+    out = Path(args.out)
+    if out.suffix != ".json" or out.is_dir():
+        raise ValueError(f"--out {out}: expected a .json file")
+    if args.benchmark == SUDOKU:
+        if args.horizon is None:
+            raise ValueError("--benchmark sudoku needs --horizon H* (blanks per puzzle)")
+        if args.data or args.skill:
+            raise ValueError("--data and --skill are for the agent benchmarks, not sudoku")
+        sudoku(args, cfg, out)
+    else:
+        if not args.data:
+            raise ValueError(f"--benchmark {args.benchmark} needs --data DIR (an evaluation set from esopt prepare-data)")
+        if args.horizon is not None:
+            raise ValueError(f"--horizon is for sudoku, not {args.benchmark}")
+        agent(args, cfg, out)
     return 0
 
 
@@ -71,11 +167,16 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="esopt evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True)
     p.add_argument("--model", required=True, help="model directory (base or DIR/model of a training run)")
-    p.add_argument("--benchmark", default="sudoku", choices=BENCHMARKS)
-    p.add_argument("--horizon", type=int, required=True, help="H*: blanks per puzzle")
-    p.add_argument("--seed", type=int, default=None, help="evaluation seed (default: evaluate.seed of the config)")
+    p.add_argument("--benchmark", default=SUDOKU, choices=(SUDOKU, *BENCHMARKS))
+    p.add_argument("--horizon", type=int, default=None, help="sudoku: H*, blanks per puzzle")
+    p.add_argument("--data", default=None, help="an agent benchmark's evaluation set directory (from esopt prepare-data)")
+    p.add_argument("--skill", default=None, help="an agent benchmark: skill document for the system prompt "
+                                                 "(DIR/skill.md of a Trace2Skill run)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="evaluation seed (default: evaluate.seed of the config; the agent block's evaluate.seed)")
     p.add_argument("--out", required=True, help="summary FILE.json")
-    p.add_argument("--meta", default="{}", help="JSON object copied into the summary (method, train_horizon, population, seed)")
+    p.add_argument("--meta", default="{}", help="JSON copied into the summary (sudoku: method, train_horizon, "
+                                                "population, seed; agents: method, seed, eval set)")
     add_threads_arg(p)
     add_provenance_args(p)
     return p

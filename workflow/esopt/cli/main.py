@@ -8,8 +8,7 @@ import sys
 
 COMMANDS = (
     "build-model", "train-es", "train-rl", "evaluate", "check-models", "memory",
-    "prepare-data", "build-tool-model", "build-web-model", "train-agent", "evaluate-agent",
-    "build-ahd-model", "search-heuristics",
+    "prepare-data", "train-agent", "search-heuristics",
     "replay", "audit", "preflight",
 )
 USAGE = "usage: esopt <command> [options]   (esopt <command> --help: its options)\n\ncommands:\n" + \

@@ -1,11 +1,13 @@
-"""The agent benchmarks by name: each one is a package under esopt.envs whose __init__
-exports a `Benchmark` record (`BENCHMARK`), and commands, rules and demonstrations look
-benchmarks up here instead of branching on their names.
+"""The agent benchmarks by name: each one is a package under esopt.envs (`package(name)`)
+whose __init__ exports a `Benchmark` record (`BENCHMARK`); commands, rules and
+demonstrations look benchmarks up here instead of branching on their names.
 
-`PACKAGES` names each benchmark's package in full, so that the names are known without
-importing any benchmark (the Snakefile stays light) and esopt.provenance.imports counts
-the packages as code of the commands that look benchmarks up; `get(name)` imports only
-the package of the benchmark a job runs. docs/benchmarks.md shows how to add one.
+The names are listed here, so that they are known without importing any benchmark (the
+Snakefile stays light), and `get(name)` imports only the package of the benchmark a job
+runs. The packages are not named in full on purpose: esopt.provenance.imports would then
+count every benchmark as code of every command that looks one up; the rerun map adds the
+packages of a job's own benchmarks instead (esopt.provenance.jobs.code_files).
+docs/benchmarks.md shows how to add one.
 """
 
 from __future__ import annotations
@@ -14,11 +16,10 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-# benchmark -> its package, which exports BENCHMARK
-PACKAGES = {"math": "esopt.envs.math", "docvqa": "esopt.envs.docvqa", "web": "esopt.envs.web"}
-BENCHMARKS = tuple(PACKAGES)
+BENCHMARKS = ("math", "docvqa", "web")  # each one the package esopt.envs.NAME
 
 Config = Mapping[str, Any]
 
@@ -53,16 +54,28 @@ class Benchmark:
 
 
 def check(name: str) -> None:
-    if name not in PACKAGES:
+    if name not in BENCHMARKS:
         raise ValueError(f"benchmark {name!r}: expected one of {BENCHMARKS}")
+
+
+def package(name: str) -> str:
+    """The dotted name of the benchmark's package."""
+    check(name)
+    return f"{__package__}.{name}"
+
+
+def module(name: str) -> ModuleType:
+    """The benchmark's package, imported by name: for code that needs more of a benchmark
+    than its record (web's runtime, its expert) and runs for other benchmarks too, so that
+    only the jobs of that benchmark list its code."""
+    return importlib.import_module(package(name))
 
 
 def get(name: str) -> Benchmark:
     """The benchmark `name`, importing its package (and no other benchmark's)."""
-    check(name)
-    b = importlib.import_module(PACKAGES[name]).BENCHMARK
+    b = module(name).BENCHMARK
     if b.name != name:
-        raise ValueError(f"{PACKAGES[name]}.BENCHMARK is named {b.name!r}, not {name!r}")
+        raise ValueError(f"{package(name)}.BENCHMARK is named {b.name!r}, not {name!r}")
     return b
 
 

@@ -9,8 +9,9 @@ Every pipeline job runs one `esopt` command. For each command this module says
   other es.variants, population_study, rl.methods, reference numbers) are wildcards or
   targets, not settings, so growing the grid reruns nothing already done; `distributed`
   changes no result.
-- `code_files(command)`: the files of the package the command imports, transitively
-  (esopt.provenance.imports), which the rules list as the job's `code` input.
+- `code_files(command, benchmarks)`: the files of the package the command imports,
+  transitively (esopt.provenance.imports), and the packages of the job's agent benchmarks
+  (esopt.envs.benchmarks), which the rules list as the job's `code` input.
 
 The keys name what one job of a command is (its horizon, variant, benchmark, ...). The
 rules give them from their wildcards; the audit reads them from the record's argv
@@ -19,7 +20,7 @@ rules give them from their wildcards; the audit reads them from the record's arg
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from esopt.config import (
     tool_data_spec,
     without,
 )
+from esopt.envs.benchmarks import BENCHMARKS, package
 from esopt.provenance.find import flag_value
 from esopt.provenance.imports import code_files as _imported_files
 from esopt.spec.agents import AgentTraining, agent_episodes, block_name, vllm_engine
@@ -100,18 +102,60 @@ def _train_es(c: Config, horizon: int, variant: str | None = None) -> dict[str, 
             | ({"evaluate": SudokuEvaluation.from_config(c).settings()} if EsRun.from_config(c).eval_every else {}))
 
 
+# build-model --for tools|web|ahd: a model block of its own, as its build reads it
+MODEL_BLOCKS: dict[str, Callable[[Config], dict[str, Any]]] = {
+    "tools": lambda c: {"model": _without_expect(section(c, "tool_agents").get("model")),
+                        "episode": _agent_episodes(c)},
+    "web": lambda c: {"model": _without_expect(section(c, "web").get("model")),
+                      "train": section(c, "web").get("train"),
+                      "episode": _agent_episodes(c, "web")},
+    "ahd": lambda c: {"model": _without_expect(section(c, "ahd").get("model")),
+                      "tasks": list(section(c, "ahd").get("tasks") or {}),
+                      "response": section(c, "ahd").get("response"),
+                      "parents_e": section(c, "ahd").get("eoh", {}).get("parents_e")},
+}
+
+
+def _model_build(c: Config, target: str = "base", **keys: Any) -> dict[str, Any]:
+    """build-model: the base model (`model`, a population_study model, the probe), or with
+    --for tools|web|ahd that block's model."""
+    return _build_model(c, **keys) if target == "base" else MODEL_BLOCKS[target](c)
+
+
+def _evaluate_sudoku(c: Config) -> dict[str, Any]:
+    return {"evaluate": SudokuEvaluation.from_config(c).settings(), **_sudoku(c),
+            "engine": engine_settings(c, "sudoku")}
+
+
+def _agent_evaluation(c: Config, benchmark: str | None) -> dict[str, Any]:
+    """An agent benchmark's evaluation: its block's evaluate and episode settings, the engine when vLLM."""
+    return ({"evaluate": section(c, block_name(benchmark)).get("evaluate"), "episode": _agent_episodes(c, benchmark)}
+            | vllm_engine(c, benchmark or ""))
+
+
+def _evaluate(c: Config, benchmark: str | None = None, block: str | None = None) -> dict[str, Any]:
+    """evaluate --benchmark B: Sudoku's (the default) or an agent benchmark's. block="tool_agents"
+    is the tool rules' view, one for every tool benchmark (no benchmark's own token caps or engine)."""
+    if block == "tool_agents":
+        return _agent_evaluation(c, None)
+    if benchmark in (None, "sudoku"):
+        return _evaluate_sudoku(c)
+    return _agent_evaluation(c, benchmark)
+
+
 JOBS: dict[str, Job] = {
-    "build-model": Job("the model (or memory.probe and model.dtype), sudoku (not horizons), agent",
-                       _build_model, {"name": "--name", "probe": "--probe"}),
+    "build-model": Job("the model (or memory.probe and model.dtype), sudoku (not horizons), agent; with --for "
+                       "tools, web or ahd: that block's model (not expect) and what its warm start reads",
+                       _model_build, {"name": "--name", "probe": "--probe", "target": "--for"}),
     # es.revert is left out: either revert restores the weights bit for bit, no number depends on it
     "train-es": Job("es as run at H* (and its variant; not revert), sudoku (not horizons), agent, the sudoku engine, "
                     "and evaluate where es.eval_every evaluates during training",
                     _train_es, {"horizon": "--horizon", "variant": "--variant"}),
     "train-rl": Job("rl (not methods, seeds), sudoku (not horizons), agent",
                     lambda c: {"rl": _rl(c), **_sudoku(c)}),
-    "evaluate": Job("evaluate, sudoku (not horizons), agent, the sudoku engine",
-                    lambda c: {"evaluate": SudokuEvaluation.from_config(c).settings(), **_sudoku(c),
-                               "engine": engine_settings(c, "sudoku")}),
+    "evaluate": Job("evaluate, sudoku (not horizons), agent, the sudoku engine; with --benchmark B, an agent "
+                    "benchmark's evaluate and episode settings (tool_agents; web), the engine when vLLM",
+                    _evaluate, {"benchmark": "--benchmark"}),
     "check-models": Job("the model's expect intervals",
                         lambda c, name=None: {"expect": named_model(c, name or None)[1].get("expect")}, {"name": "--name"}),
     "memory": Job("memory, sudoku (not horizons), rl (not methods, seeds), es (not the grid), agent",
@@ -124,26 +168,9 @@ JOBS: dict[str, Job] = {
                                                    if benchmark == "docvqa" else None}
                         | ({"site_seed": section(c, "web").get("site_seed")} if benchmark == "web" else {}),
                         {"benchmark": "--benchmark", "set": "--set"}),
-    "build-tool-model": Job("tool_agents.model (not expect) and the episode settings",
-                            lambda c: {"model": _without_expect(section(c, "tool_agents").get("model")),
-                                       "episode": _agent_episodes(c)}),
     "train-agent": Job("the method's tool_agents settings on the benchmark, the episode settings, the engine when vLLM",
                        lambda c, method, benchmark: AgentTraining.from_config(c, method, benchmark).settings(),
                        {"method": "--method", "benchmark": "--benchmark"}),
-    "build-web-model": Job("web.model (not expect), web.train and the web episode settings",
-                           lambda c: {"model": _without_expect(section(c, "web").get("model")),
-                                      "train": section(c, "web").get("train"),
-                                      "episode": _agent_episodes(c, "web")}),
-    "evaluate-agent": Job("the block's evaluate and episode settings (tool_agents; web), the engine when vLLM",
-                          lambda c, benchmark=None: {"evaluate": section(c, block_name(benchmark)).get("evaluate"),
-                                                     "episode": _agent_episodes(c, benchmark)}
-                          | vllm_engine(c, benchmark or ""),
-                          {"benchmark": "--benchmark"}),
-    "build-ahd-model": Job("ahd.model (not expect), the task names, ahd.response, ahd.eoh.parents_e",
-                           lambda c: {"model": _without_expect(section(c, "ahd").get("model")),
-                                      "tasks": list(section(c, "ahd").get("tasks") or {}),
-                                      "response": section(c, "ahd").get("response"),
-                                      "parents_e": section(c, "ahd").get("eoh", {}).get("parents_e")}),
     "search-heuristics": Job("ahd settings of the task, search and budget (and ahd.es with --es)",
                              _search_heuristics,
                              {"task": "--task", "search": "--search", "budget": "--budget", "es": "--es"}),
@@ -185,11 +212,26 @@ def command_module(command: str) -> str:
     return "esopt.cli." + command.replace("-", "_")
 
 
-def code_files(command: str) -> list[str]:
+def code_files(command: str, benchmarks: Sequence[str] = ()) -> list[str]:
     """The package files `esopt COMMAND` imports (transitively, from the `esopt` entry point
-    esopt.cli.main on), as the rules list them; for a report job, given the notebook's
-    path (notebooks/NAME.ipynb), the files its cells import."""
+    esopt.cli.main on) and those of the agent benchmarks the job runs (`benchmarks`: their
+    packages, which commands import by name only, esopt.envs.benchmarks), as the rules list
+    them; for a report job, given the notebook's path (notebooks/NAME.ipynb), the files its
+    cells import."""
     if command.endswith(".ipynb"):
         return [str(f) for f in _imported_files(Path(command))]
     entry_point = command_module("main")  # esopt.cli.main, which every `esopt NAME` runs first
-    return [str(f) for f in _imported_files(entry_point, command_module(command))]
+    return [str(f) for f in _imported_files(entry_point, command_module(command), *map(package, benchmarks))]
+
+
+def record_benchmarks(record: dict[str, Any]) -> list[str]:
+    """The agent benchmarks a record's job ran: its --benchmark, or for build-model --for tools
+    every benchmark of the recorded tool_agents block (--for web: web)."""
+    argv = [str(a) for a in record.get("argv") or []]
+    target = flag_value(argv, "--for") if record.get("command") == "build-model" else None
+    if target == "tools":
+        return sorted(section(record.get("config") or {}, "tool_agents").get("benchmarks") or {})
+    if target == "web":
+        return ["web"]
+    b = flag_value(argv, "--benchmark")
+    return [b] if b in BENCHMARKS else []

@@ -155,14 +155,15 @@ def is_es_agent(rec: dict[str, Any]) -> bool:
 
 
 @lru_cache(maxsize=64)
-def _code_files(cmd: str, top: Path) -> frozenset[str] | None:
-    return None if (f := _code_files_of({"command": cmd}, top)) is None else frozenset(f)
+def _code_files(cmd: str, benchmarks: tuple[str, ...], top: Path) -> frozenset[str] | None:
+    return None if (f := _code_files_of({"command": cmd}, top, benchmarks)) is None else frozenset(f)
 
 
-def _code_files_of(rec: dict[str, Any], top: Path) -> set[str] | None:
-    """The files (from the repository root) that the record's command runs: its imports, as
-    the pipeline lists them for the job (esopt.provenance.jobs.code_files), or a report's
-    notebook and its imports; None for a command the map does not know (all code counts)."""
+def _code_files_of(rec: dict[str, Any], top: Path, benchmarks: tuple[str, ...] = ()) -> set[str] | None:
+    """The files (from the repository root) that the record's command runs: its imports and
+    its agent benchmarks' packages, as the pipeline lists them for the job
+    (esopt.provenance.jobs.code_files), or a report's notebook and its imports; None for a
+    command the map does not know (all code counts)."""
     cmd = str(rec.get("command") or "")
     try:
         if cmd.startswith("notebook:"):
@@ -171,7 +172,7 @@ def _code_files_of(rec: dict[str, Any], top: Path) -> set[str] | None:
                 return None
             files = [nb, *map(Path, jobs.code_files(str(nb)))]
         elif cmd in jobs.JOBS or cmd in ("audit", "replay"):
-            files = list(map(Path, jobs.code_files(cmd)))
+            files = list(map(Path, jobs.code_files(cmd, benchmarks)))
         else:
             return None
     except (OSError, ValueError, SyntaxError):
@@ -345,7 +346,7 @@ class RecordChecks:
         if co.top is None:
             return Check("code", "git", "note", f"{made}; {diff.unknown}", rp)
         now = "the same commit" if g["commit"] == co.head else f"now {_short(co.head)}"
-        runs = _code_files(str(rec.get("command")), co.top)
+        runs = _code_files(str(rec.get("command")), tuple(jobs.record_benchmarks(rec)), co.top)
         mine = [f for f in diff.files if runs is None or f in runs]
         other = [f for f in diff.files if f not in mine]
         listed = lambda fs: ", ".join(fs[:5]) + (f" (+{len(fs) - 5} more)" if len(fs) > 5 else "")

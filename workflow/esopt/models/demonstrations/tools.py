@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from tqdm.auto import tqdm
 

@@ -28,6 +28,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from esopt.agent.rollout import Trajectory, Turn, build_messages
+from esopt.envs.benchmarks import module
 from esopt.seeding import derive_seed
 
 log = logging.getLogger(__name__)
@@ -85,8 +86,7 @@ def draw_mapping(task: Any, names: Mapping[str, str], pool: NamePool, rng: rando
     """New names for the task's, none of them already in `text` (the episode's pages), such
     that the swapped intent is a training intent too: a held-out intent is never
     demonstrated, even with another site's answer."""
-    from esopt.envs.web.templates import split_of
-
+    split_of = module("web").split_of
     for _ in range(tries):
         mapping = {old: pool.draw(key, old, rng) for key, old in names.items()}
         mapping = {old: new for old, new in mapping.items() if new and new != old and new not in text}
@@ -97,11 +97,30 @@ def draw_mapping(task: Any, names: Mapping[str, str], pool: NamePool, rng: rando
 
 def name_pool(cfg: Mapping[str, Any], site_seeds: Sequence[int] = range(8)) -> NamePool:
     """The names of the templates' training tasks on the local sites seeded 0-7."""
-    from esopt.envs.web.templates import generate_tasks
-
     if (cfg.get("web") or {}).get("sites", "local") != "local":
         raise ValueError("web.model.warmstart.name_swaps needs web.sites: local (it draws names from the local sites)")
-    return NamePool([t for s in site_seeds for t in generate_tasks(seed=s, split="train")])
+    return NamePool([t for s in site_seeds for t in module("web").generate_tasks(seed=s, split="train")])
+
+
+def demonstration_sets(cfg: Mapping[str, Any], tasks: list) -> list[tuple[int, list, int]]:
+    """(site seed, training tasks, demonstration seed) for each copy of the sites the expert
+    plays: the job's training tasks on web.site_seed, and with warmstart.site_seeds the same
+    templates' training tasks on differently seeded sites (other product names, prices, posts
+    and issues), so that a model can only solve them by reading the objective and the page,
+    not by recalling one site's content. A template's split depends on the intent alone,
+    so no held-out intent is demonstrated on any seed."""
+    w = cfg["web"]
+    ws = w["model"]["warmstart"]
+    main_seed, demo_seed = w.get("site_seed", 0), ws.get("seed", 0)
+    sets = [(main_seed, tasks, demo_seed)]
+    for s in ws.get("site_seeds") or []:
+        if s == main_seed:
+            continue
+        if w.get("sites", "local") != "local":
+            raise ValueError("web.model.warmstart.site_seeds needs web.sites: local (it reseeds the local sites)")
+        extra = module("web").generate_tasks(seed=s, split="train")[: ws.get("tasks") or None]
+        sets.append((s, extra, derive_seed("web-demos-site-seed", demo_seed, s)))
+    return sets
 
 
 def demonstrations(tasks: Sequence[Any], make_env: Callable[[], Any], system: str, mistake_prob: float, seed: int,
@@ -109,8 +128,8 @@ def demonstrations(tasks: Sequence[Any], make_env: Callable[[], Any], system: st
                    pool: NamePool | None = None) -> Iterator[list[dict[str, str]]]:
     """Chat transcripts ending in an expert action, along the expert's successful episodes,
     each episode also `name_swaps` times with its names swapped for ones drawn from `pool`."""
-    from esopt.envs.web.expert import ExpertError, ScriptedExpert
-
+    web = module("web")
+    ExpertError, ScriptedExpert = web.ExpertError, web.ScriptedExpert
     if name_swaps and pool is None:
         raise ValueError("name_swaps needs a NamePool to draw names from")
     rng = random.Random(derive_seed("web-demos", seed))
