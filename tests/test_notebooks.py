@@ -120,7 +120,7 @@ def write_memory(root, model, method, state, above, wall=2.0):
 
 
 def write_tool_eval(root, method, benchmark, dataset, mean_at_k, seed=None, scores=None):
-    """An `esopt evaluate-agent` summary under ROOT/results/eval/tiny-qwen35-tools/tools/."""
+    """An `esopt evaluate --benchmark B` summary under ROOT/results/eval/tiny-qwen35-tools/tools/."""
     name = f"{benchmark}_{dataset}" + ("" if seed is None else f"_s{seed}")
     meta = {"method": method, "benchmark": benchmark, "dataset": dataset} | ({} if seed is None else {"seed": seed})
     scores = scores or [mean_at_k] * 4
@@ -130,7 +130,7 @@ def write_tool_eval(root, method, benchmark, dataset, mean_at_k, seed=None, scor
 
 
 def write_web_eval(root, method, success: dict, seed=None):
-    """An `esopt evaluate-agent --benchmark web` summary under ROOT/results/eval/tiny-qwen35-web/web/."""
+    """An `esopt evaluate --benchmark web` summary under ROOT/results/eval/tiny-qwen35-web/web/."""
     name = "lite" + ("" if seed is None else f"_s{seed}")
     meta = {"method": method, "benchmark": "web", "dataset": "lite"} | ({} if seed is None else {"seed": seed})
     return write_json(root / "results/eval/tiny-qwen35-web/web" / method / f"{name}.json", {

@@ -876,7 +876,7 @@ def fuzzy_task(i):
 
 
 def evaluate_on_stand_ins(tmp_path, tok, judge, samples, tasks):
-    """evaluation_rounds as `esopt evaluate-agent` runs them (episode_envs, site_reset), on a
+    """evaluation_rounds as `esopt evaluate --benchmark web` runs them (episode_envs, site_reset), on a
     gitlab stand-in, with a reset script that logs each run and takes 0.3 s; web.sites also
     names a homepage no task uses, and nothing serves it. Returns (rounds or the error, the
     resets, the engine, the reset script's log)."""

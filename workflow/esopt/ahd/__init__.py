@@ -10,7 +10,7 @@ optionally tunes the writer's weights online from the same evaluations.
 - esopt.ahd.writer    the expression language the tiny writer is warm-started on
 - esopt.ahd.run       one run: search, writer, evaluator, online ES (HeuristicSearchRun)
 
-The commands are `esopt build-ahd-model` and `esopt search-heuristics` (esopt.cli).
+The commands are `esopt build-model --for ahd` and `esopt search-heuristics` (esopt.cli).
 """
 
 from __future__ import annotations

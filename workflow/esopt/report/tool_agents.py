@@ -1,4 +1,4 @@
-"""The tool-agents table (files from `esopt evaluate-agent`): Mean@k by method and
+"""The tool-agents table (files from `esopt evaluate --benchmark B`): Mean@k by method and
 evaluation set, mean ± std over training seeds, the change over No Skill, and the
 paper's change beside it."""
 

@@ -1,4 +1,4 @@
-"""The WebArena-Lite table (files from `esopt evaluate-agent --benchmark web`): success
+"""The WebArena-Lite table (files from `esopt evaluate --benchmark web`): success
 rate by method, overall and per site, mean ± std over training seeds, with the paper's
 overall number beside it (config reference.webarena, under paper.yaml)."""
 
@@ -28,7 +28,7 @@ def load_web_evals(paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
         d = json.loads(Path(p).read_text())
         meta = d.get("meta", {})
         if "by_site" not in d:
-            raise ValueError(f"{p}: no by_site: not a web evaluation (esopt evaluate-agent --benchmark web)")
+            raise ValueError(f"{p}: no by_site: not a web evaluation (esopt evaluate --benchmark web)")
         for site, v in d["by_site"].items():
             rows.append({"method": meta["method"], "set": meta["dataset"], "seed": meta.get("seed"), "site": site,
                          "success": 100 * v["success"], "episodes": v["episodes"], "k": d["k"], "source": str(p)})

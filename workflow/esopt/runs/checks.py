@@ -11,9 +11,9 @@ What is measured depends on what the model is the base of (`MEASURES`):
 
 - sudoku (`model`, population_study.models): held-out success of `esopt evaluate`,
   by H* (results/eval/MODEL/base/hH.json);
-- tools (tool_agents.model): Mean@k of `esopt evaluate-agent` with no skill, by
+- tools (tool_agents.model): Mean@k of `esopt evaluate --benchmark B` with no skill, by
   evaluation set BENCHMARK/SET (results/eval/MODEL/tools/no_skill/B_SET.json);
-- web (web.model): success of `esopt evaluate-agent --benchmark web` with no skill, by
+- web (web.model): success of `esopt evaluate --benchmark web` with no skill, by
   evaluation set web/SET (results/eval/MODEL/web/no_skill/SET.json);
 - ahd (ahd.model): the valid rate of the base writer's samples in the Sample searches
   without ES (the fraction of its heuristics that pass the sandbox and the task's
@@ -54,7 +54,7 @@ MEASURES: dict[str, Measure] = {
     "ahd": Measure("valid_rate", "task", lambda s: s["task"], lambda s: s.get("samples"), "task {}",
                    lambda s: s.get("search") == "sample" and not s.get("es")),
 }
-MEASURES["web"] = MEASURES["tools"]  # the same evaluate-agent summaries, keyed web/SET
+MEASURES["web"] = MEASURES["tools"]  # the same agent evaluation summaries, keyed web/SET
 
 
 def check_rows(summaries: Iterable[dict[str, Any]], expect: dict[Any, list[float]], model: str,
