@@ -13,6 +13,7 @@ Trace2Skill and the reports read only these. Each benchmark adds its own keys
 (Sudoku: turns, placed, blanks_left; math: answer, gold; DocVQA: anls, answer).
 
 Modules: sudoku (4x4/9x9 boards), math/ (ReAct with a Python sandbox), docvqa/ (ReAct
-with OCR), benchmarks (the tool benchmarks by name), hub_data (hub and local loaders).
-Adding a benchmark means one module here, one config block and one rules file.
+with OCR), web/ (WebArena-Lite in a browser), benchmarks (the agent benchmarks' registry),
+hub_data (hub and local loaders). An agent benchmark is one package here that registers
+itself (BENCHMARK, in its benchmark.py), plus one config block: docs/benchmarks.md.
 """

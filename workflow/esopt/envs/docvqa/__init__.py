@@ -27,6 +27,7 @@ Modules:
   render    drawing them as PNGs with PIL: render_documents, render_image, fonts
   load      the real DocVQA from JSON, parquet or the hub: load_docvqa
   env       DocVQAEnv, instructions, NO_ANSWER_FEEDBACK
+  benchmark BENCHMARK: its registration (esopt.envs.benchmarks): task sets, OCR read once, expert
 """
 
 from esopt.envs.docvqa.benchmark import BENCHMARK

@@ -34,6 +34,7 @@ Modules:
   generate  generated basic/hard problems: generate_problems, split_of, reference_code
   load      DAPO-Math-17k and AIME from local files or the hub: load_dapo, load_aime
   env       MathEnv, instructions, NO_ANSWER_FEEDBACK
+  benchmark BENCHMARK: its registration (esopt.envs.benchmarks): task sets, expert
 """
 
 from esopt.envs.hub_data import HubUnavailableError

@@ -24,6 +24,7 @@ Modules:
   observe     the accessibility tree (WebArena's line format) and the simplified HTML
   browser     BrowserPool: headless chromium, restarts, hang watchdog
   env         WebRuntime (sites + browsers), WebEnv (the episode)
+  benchmark   BENCHMARK: its registration (esopt.envs.benchmarks): task sets, summary by site
   prompts     the system prompt and the per-turn observation text
   templates   the task templates over the seeded sites: generate_tasks, split_of
   expert      ScriptedExpert: solves generated tasks through the action interface
