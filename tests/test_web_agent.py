@@ -74,8 +74,8 @@ def test_web_jobs_depend_on_the_web_block_and_tool_jobs_do_not_change():
 
 def test_by_site_counts_every_site_of_a_task():
     from esopt.agent.rollout import Trajectory
+    from esopt.envs.benchmarks import get
     from esopt.envs.web import WebTask, generate_tasks
-    from esopt.runs.tool_episodes import by_site
 
     tasks = generate_tasks(0, "eval", per_template=1)
     shop = next(t for t in tasks if t.sites == ["shopping"])
@@ -83,7 +83,7 @@ def test_by_site_counts_every_site_of_a_task():
     both = WebTask({**shop.config, "task_id": 999, "sites": ["shopping", "reddit"]})
     trajs = [Trajectory(shop.id, "", "", info={"success": True}), Trajectory(shop.id, "", "", info={"success": False}),
              Trajectory(forum.id, "", "", info={"success": True}), Trajectory(both.id, "", "", info={"success": True})]
-    got = by_site([shop, forum, both], trajs)
+    got = get("web").summary([shop, forum, both], trajs)["by_site"]  # web's own keys of an evaluation summary
     assert got["all"] == {"episodes": 4, "success": 0.75}
     assert got["shopping"] == {"episodes": 3, "success": 2 / 3}
     assert got["reddit"] == {"episodes": 2, "success": 1.0}
