@@ -118,8 +118,8 @@ def test_webarena_table_means_seeds_per_site_and_sets_the_paper_beside(tmp_path)
 
 
 def test_demonstrations_on_other_site_seeds_never_phrase_a_held_out_intent():
-    from esopt.models.demonstrations.web import demonstration_sets
     from esopt.envs.web.templates import generate_tasks
+    from esopt.models.demonstrations.web import demonstration_sets
 
     raw = smoke()
     raw["web"]["model"]["warmstart"].update(tasks=None, site_seeds=[0, 1, 2])

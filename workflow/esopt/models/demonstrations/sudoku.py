@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from esopt.agent.rollout import Trajectory, Turn, build_messages
 from esopt.envs.sudoku import SudokuEnv, expert_action, generate_puzzles, instructions
@@ -32,7 +33,7 @@ class SudokuDemos:
     observation: str = "board"  # sudoku.observation
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any], warmstart: dict[str, Any]) -> "SudokuDemos":
+    def from_config(cls, cfg: dict[str, Any], warmstart: dict[str, Any]) -> SudokuDemos:
         """From a model's warmstart block and the config's sudoku and agent sections."""
         w = warmstart
         return cls(size=cfg["sudoku"]["size"], blanks=tuple(w["blanks"]), puzzles_per_blank=w["puzzles_per_blank"],
