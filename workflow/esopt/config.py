@@ -82,12 +82,12 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
         if bad:
             raise ConfigError(f"{source}: es.variants.{name}.by_horizon keys {sorted(bad)} are not horizons the variant "
                               "runs at (its horizons, or sudoku.horizons)")
-    pool = s.get("train_pool")
-    if es.get("eval_train") and not es.get("eval_every"):
+    pool = s["train_pool"]
+    if es["eval_train"] and not es["eval_every"]:
         raise ConfigError(f"{source}: es.eval_train evaluates during training: set es.eval_every too")
-    if es.get("eval_train") and pool is None:
+    if es["eval_train"] and pool is None:
         raise ConfigError(f"{source}: es.eval_train evaluates on the fixed training puzzles: set sudoku.train_pool")
-    if s.get("prompt") == "authors" and s.get("observation", "board") != "board":
+    if s["prompt"] == "authors" and s["observation"] != "board":
         raise ConfigError(f"{source}: sudoku.observation {s['observation']!r} is ours only; the authors' prompt "
                           "(sudoku.prompt: authors) shows its own board: leave observation at board")
     bad = {str(k) for k in es.get("by_horizon", {})} - {str(h) for h in trained}
