@@ -99,16 +99,18 @@ def model_run(model_dir: str, config: str, tasks, in_flight: int, threads: int) 
     from esopt.config import load_config
     from esopt.models.load import load_model_and_tokenizer
     from esopt.runs.tool_episodes import ToolEpisodeSpec, episode_envs, run_tool_episodes
+    from esopt.spec.agents import WebJob
 
     torch.set_num_threads(threads)
     cfg = load_config(config)
     cfg["web"]["episodes_in_flight"] = in_flight
+    job = WebJob.from_config(cfg)
     model, tok = load_model_and_tokenizer(model_dir)
     clock = {"env_s": 0.0, "env_steps": 0}
     counters: dict[str, int] = {}
-    with episode_envs(cfg, "web", []) as make_env:
-        spec = ToolEpisodeSpec.from_config(cfg, "web", "sample", batch_size=in_flight,
-                                           make_env=lambda: TimedEnv(make_env(), clock))
+    with episode_envs(job, "web", []) as make_env:
+        spec = ToolEpisodeSpec.from_episodes(job, "web", "sample", batch_size=in_flight,
+                                             make_env=lambda: TimedEnv(make_env(), clock))
         t0 = time.perf_counter()
         trajs = run_tool_episodes(model, tok, spec, [], tasks, seed=0, counters=counters)
         wall = time.perf_counter() - t0

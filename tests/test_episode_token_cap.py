@@ -10,9 +10,10 @@ import pytest
 from esopt.agent.engine import Completion, Sampling
 from esopt.agent.react import ReActEnv
 from esopt.agent.rollout import observation_tokens, rollout
-from esopt.config import load_config, tool_episode_settings, tool_token_caps
+from esopt.config import load_config
 from esopt.models.tokenizer import qwen35_chat_template, train_tokenizer
 from esopt.runs.tool_episodes import ToolEpisodeSpec, summarize_tool
+from esopt.spec.agents import ToolEpisodes
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
 CALL, ANSWER, OUTPUT = "<echo>abcdef</echo>", "Answer: 42", "fedcba"
@@ -89,23 +90,23 @@ def test_an_episode_that_reaches_its_token_cap_ends_unanswered(tok, do_sample):
 
 def test_a_benchmarks_own_token_caps_override_the_shared_ones():
     cfg = load_config(CONFIG / "tiny.yaml")
-    before = tool_episode_settings(cfg, "docvqa")
+    before = ToolEpisodes.from_config(cfg)
     shared = cfg["tool_agents"]["max_new_tokens"]
-    assert tool_token_caps(cfg, "docvqa") == {"max_new_tokens": shared, "max_episode_tokens": None}
-    spec = ToolEpisodeSpec.from_config(cfg, "docvqa", "sample")
+    assert before.caps("docvqa") == (shared, None)
+    spec = ToolEpisodeSpec.from_episodes(before, "docvqa", "sample")
     assert spec.sampling.max_new_tokens == shared and spec.max_episode_tokens is None
-    assert "token_caps" not in before  # no override: the job settings read exactly as without the keys
+    assert "token_caps" not in before.settings()  # no override: the job settings read exactly as without the keys
 
     over = copy.deepcopy(cfg)
     over["tool_agents"]["benchmarks"]["docvqa"] |= {"max_new_tokens": 7, "max_episode_tokens": 300}
-    assert tool_token_caps(over, "docvqa") == {"max_new_tokens": 7, "max_episode_tokens": 300}
-    assert tool_token_caps(over, "math") == {"max_new_tokens": shared, "max_episode_tokens": None}
-    spec = ToolEpisodeSpec.from_config(over, "docvqa", "sample")
+    episodes = ToolEpisodes.from_config(over)
+    assert episodes.caps("docvqa") == (7, 300)
+    assert episodes.caps("math") == (shared, None)
+    spec = ToolEpisodeSpec.from_episodes(episodes, "docvqa", "sample")
     assert spec.sampling.max_new_tokens == 7 and spec.max_episode_tokens == 300
-    assert ToolEpisodeSpec.from_config(over, "math", "sample").max_episode_tokens is None
-    assert tool_episode_settings(over, "docvqa")["token_caps"] == {"docvqa": {"max_new_tokens": 7,
-                                                                              "max_episode_tokens": 300}}
+    assert ToolEpisodeSpec.from_episodes(episodes, "math", "sample").max_episode_tokens is None
+    assert episodes.settings()["token_caps"] == {"docvqa": {"max_new_tokens": 7, "max_episode_tokens": 300}}
 
-    paper = load_config(CONFIG / "paper.yaml")  # the authors' budgets (docs/paper_protocol.md)
-    assert tool_token_caps(paper, "docvqa") == {"max_new_tokens": 512, "max_episode_tokens": 32768}
-    assert tool_token_caps(paper, "math") == {"max_new_tokens": 4096, "max_episode_tokens": None}
+    paper = ToolEpisodes.from_config(load_config(CONFIG / "paper.yaml"))  # the authors' budgets (docs/paper_protocol.md)
+    assert paper.caps("docvqa") == (512, 32768)
+    assert paper.caps("math") == (4096, None)

@@ -95,12 +95,12 @@ def engine(setup):
 
 def open_shared(setup, engine):
     """The module's engine (opened here if no job has opened it yet) and the tokenizer."""
-    from esopt.config import load_config
+    from esopt.config import engine_settings, load_config
     from esopt.models.load import load_model_and_tokenizer
     from esopt.runs.tool_episodes import rollout_policy
 
     model, tok = load_model_and_tokenizer(setup["model"], device="cpu")
-    with rollout_policy(load_config(setup["vllm"]), "math", model, tok, setup["model"], 0):
+    with rollout_policy(engine_settings(load_config(setup["vllm"]), "math"), model, tok, setup["model"], 0):
         pass
     return engine["engine"], tok
 
@@ -134,12 +134,13 @@ def test_prompts_grow_over_turns_and_the_prefix_cache_gives_the_re_encoded_repli
     from esopt.agent.vllm_engine import ReEncoding
     from esopt.config import load_config
     from esopt.runs.tool_episodes import ToolEpisodeSpec, load_tasks, make_tools, run_tool_episodes
+    from esopt.spec.agents import ToolEpisodes
 
     eng, tok = open_shared(setup, engine)
-    cfg = load_config(setup["vllm"])
-    assert cfg["tool_agents"]["history_turns"] is None
-    spec = ToolEpisodeSpec.from_config(cfg, "math", "greedy")
-    tools = make_tools(cfg, "math", setup["train"])
+    episodes = ToolEpisodes.from_config(load_config(setup["vllm"]))
+    assert episodes.history_turns is None
+    spec = ToolEpisodeSpec.from_episodes(episodes, "math", "greedy")
+    tools = make_tools(episodes, "math", setup["train"])
     tasks = load_tasks(setup["train"], "math")[:6]
 
     class Recording:

@@ -9,13 +9,15 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
-from esopt.config import ConfigError, load_config, tool_episode_settings, validate_config
+from esopt.config import ConfigError, load_config, validate_config
 from esopt.provenance import jobs
+from esopt.spec.agents import ToolEpisodes, WebJob
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,7 +57,7 @@ def test_web_jobs_depend_on_the_web_block_and_tool_jobs_do_not_change():
     assert tools["evaluate"] == cfg["tool_agents"]["evaluate"] and "tools" in tools["episode"]
     web = jobs.settings("evaluate", cfg, benchmark="web")
     assert web["evaluate"] == cfg["web"]["evaluate"]
-    assert web["episode"] == tool_episode_settings(cfg, "web")
+    assert web["episode"] == WebJob.from_config(cfg).settings()
     assert web["episode"]["sites"] == "local" and web["episode"]["observation"] == "axtree"
     assert "browsers" not in web["episode"]  # how many browsers changes no result
     assert "site_seed" in jobs.settings("prepare-data", cfg, benchmark="web", set="train")
@@ -244,15 +246,18 @@ def test_real_sites_reset_before_every_generation_when_asked(tmp_path):
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         counter = tmp_path / "resets"
-        cfg = {"web": {"sites": {"shopping": url}, "reset": f"echo x >> {counter}", "reset_every": "generation"}}
-        assert generation_reset({"web": {**cfg["web"], "reset_every": "job"}}, "web") is None
-        assert generation_reset({"web": {"sites": "local"}}, "web") is None
-        assert generation_reset(cfg, "math") is None
-        reset = generation_reset(cfg, "web")
+        cfg = load_config(ROOT / "config/smoke.yaml")
+        local = WebJob.from_config(cfg)
+        job = replace(local, sites=replace(local.sites, sites={"shopping": url}, reset=f"echo x >> {counter}",
+                                           reset_every="generation"))
+        assert generation_reset(replace(job, sites=replace(job.sites, reset_every="job"))) is None
+        assert generation_reset(replace(job, sites=replace(job.sites, sites="local"))) is None
+        assert generation_reset(ToolEpisodes.from_config(cfg)) is None
+        reset = generation_reset(job)
         reset()
         reset()
         assert counter.read_text().count("x") == 2  # the command ran, then the sites answered
-        failing = generation_reset({"web": {**cfg["web"], "reset": "echo broken >&2; exit 3"}}, "web")
+        failing = generation_reset(replace(job, sites=replace(job.sites, reset="echo broken >&2; exit 3")))
         with pytest.raises(RuntimeError, match="broken"):
             failing()
     finally:

@@ -358,8 +358,9 @@ def test_sites_login_signs_in_to_every_site_of_the_task(runtime, standin):
 
 
 def test_the_web_block_reaches_the_runtime_and_every_environment():
-    from esopt.config import load_config, tool_episode_settings
+    from esopt.config import load_config
     from esopt.runs.tool_episodes import episode_envs
+    from esopt.spec.agents import WebJob
 
     cfg = load_config("config/tiny.yaml")
     assert {k: cfg["web"][k] for k in ("settle_s", "early_stop_parse_failures", "early_stop_repeats", "stop_answers",
@@ -368,11 +369,12 @@ def test_the_web_block_reaches_the_runtime_and_every_environment():
         "login": "sites", "start_timeout_s": None}  # the schema's defaults: today's behaviour
     cfg["web"].update(settle_s=0.5, early_stop_parse_failures=5, early_stop_repeats=4, stop_answers="harness",
                       login="storage_state", action_timeout_s=7, navigation_timeout_s=9, start_timeout_s=11, hang_s=60)
-    settings = tool_episode_settings(cfg, "web")
+    job = WebJob.from_config(cfg)
+    settings = job.settings()
     assert {"settle_s", "early_stop_parse_failures", "early_stop_repeats", "stop_answers", "login",
             "action_syntax"} <= set(settings)
     assert not {"hang_s", "action_timeout_s", "navigation_timeout_s", "start_timeout_s", "browsers"} & set(settings)
-    with episode_envs(cfg, "web", []) as make:
+    with episode_envs(job, "web", []) as make:
         env = make()
         rt = env.runtime
         assert (rt.action_timeout_ms, rt.navigation_timeout_ms, rt.start_timeout_ms, rt.pool.hang_s) == (7000, 9000, 11000, 60)

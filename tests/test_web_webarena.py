@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+import yaml
 
 from esopt.envs.web import webarena as wa
 from esopt.envs.web.evaluators import SEMANTICS_FIELD, CallableJudge, EvaluationError, call_helper, evaluate
@@ -28,6 +29,8 @@ from esopt.envs.web.sites.server import Episode, FixedSites
 from esopt.envs.web.tasks import TaskFormatError, WebTask, load_tasks, placeholder, resolve_urls, unresolved, validate
 
 from conftest import Server
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # --- task files in WebArena's format ----------------------------------------------------
 
@@ -875,6 +878,26 @@ def fuzzy_task(i):
     return WebTask(t)
 
 
+def web_job(**web):
+    """The web episode settings of a web block with `web` set and the schema's defaults for the
+    rest (config/smoke.yaml's block stripped to the keys the schema and its methods require)."""
+    from dataclasses import replace
+
+    from esopt.config import validate_config
+    from esopt.spec.agents import WebJob
+
+    raw = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())
+    required = ("max_turns", "max_new_tokens", "sampling", "seeds", "methods", "es", "trace2skill", "evaluate")
+    sets = {k: raw["web"][k] for k in ("train", "eval")}
+    if web.get("sites", "local") != "local":  # the real sites take WebArena's tasks
+        real = {"source": "webarena_lite", "path": "test.raw.json"}
+        sets = {"train": real, "eval": {"lite": real}}
+    judge = web.pop("judge", None)  # a Python callable here: no config value
+    raw["web"] = {k: raw["web"][k] for k in required} | sets | web
+    job = WebJob.from_config(validate_config(raw))
+    return replace(job, episodes=replace(job.episodes, judge=judge))
+
+
 def evaluate_on_stand_ins(tmp_path, tok, judge, samples, tasks):
     """evaluation_rounds as `esopt evaluate --benchmark web` runs them (episode_envs, site_reset), on a
     gitlab stand-in, with a reset script that logs each run and takes 0.3 s; web.sites also
@@ -888,14 +911,14 @@ def evaluate_on_stand_ins(tmp_path, tok, judge, samples, tasks):
 
     resets_log = tmp_path / "resets.log"
     site = Server(Up)
-    cfg = {"web": {"sites": {"gitlab": site.url, "homepage": closed_port_url()}, "max_turns": 2, "judge": judge,
-                   "reset": f"echo reset >> {resets_log}; sleep 0.3", "browsers": 1}}
+    job = web_job(sites={"gitlab": site.url, "homepage": closed_port_url()}, max_turns=2, judge=judge,
+                  reset=f"echo reset >> {resets_log}; sleep 0.3", browsers=1)
     engine = ExitEngine(tok)
-    reset = te.site_reset(cfg, "web", tasks)
+    reset = te.site_reset(job, tasks)
     try:
-        with te.episode_envs(cfg, "web", [], tasks=tasks, reset=reset) as make_env:
+        with te.episode_envs(job, "web", [], tasks=tasks, reset=reset) as make_env:
             spec = te.ToolEpisodeSpec(benchmark="web", max_turns=2, max_tool_calls=None, history_turns=0,
-                                      sampling=Sampling(do_sample=False, max_new_tokens=16), cfg=cfg,
+                                      sampling=Sampling(do_sample=False, max_new_tokens=16), episodes=job,
                                       make_env=make_env, in_flight=2)
             try:
                 out = te.evaluation_rounds(engine, tok, spec, [], tasks, samples, seed=0, reset=reset)
@@ -909,7 +932,7 @@ def evaluate_on_stand_ins(tmp_path, tok, judge, samples, tasks):
 def test_the_sites_are_reset_before_every_evaluation_round_and_timed(tmp_path, loop_tok):
     from esopt.runs import tool_episodes as te
 
-    assert te.site_reset({"web": {"sites": "local", "reset": "true"}}, "web") is None  # local sites: no reset
+    assert te.site_reset(web_job(sites="local", reset="true")) is None  # local sites: no reset
     tasks = [fuzzy_task(i) for i in range(2)]
     rounds, reset, engine, resets_log = evaluate_on_stand_ins(tmp_path, loop_tok, lambda **kw: True, 3, tasks)
     assert [len(r) for r in rounds] == [2, 2, 2] and all(t.info["success"] for r in rounds for t in r)

@@ -222,10 +222,10 @@ def _check_agent_block(config: dict[str, Any], sec: str, source: str) -> None:
     if missing:
         raise ConfigError(f"{source}: {sec}.trace2skill.analyst of kind openai needs {missing}")
     if methods & {"esopt", "esopt_trace2skill"}:
-        for b in agent_benchmarks(config, sec):
-            g = tool_es_settings(config, b)
-            check_even_population(g["population"], g["antithetic"], f"{source}: {b}: {sec} es population",
-                                  f"{sec}.es.antithetic")
+        es = ta["es"]
+        for b, own in (ta.get("benchmarks") or {"web": {}}).items():  # a benchmark's es may set its own population
+            g = (own.get("es") or {}).get("population", es["population"])  # as esopt.spec.agents.AgentES merges it
+            check_even_population(g, es["antithetic"], f"{source}: {b}: {sec} es population", f"{sec}.es.antithetic")
 
 
 def _check_web(web: dict[str, Any], source: str) -> None:
@@ -394,74 +394,6 @@ def engine_settings(c: dict[str, Any], benchmark: str) -> dict[str, Any]:
 def rl_settings(c: dict[str, Any]) -> dict[str, Any]:
     """rl without the grid (methods, seeds); {} without an rl block (esopt.spec.sudoku.RlRun types it)."""
     return without(section(c, "rl"), ("methods", "seeds"))
-
-
-def agent_section_name(benchmark: str) -> str:
-    """The config block of an agent benchmark: web for web, tool_agents for the others."""
-    return "web" if benchmark == "web" else "tool_agents"
-
-
-def agent_section(c: dict[str, Any], benchmark: str) -> dict[str, Any]:
-    return section(c, agent_section_name(benchmark))
-
-
-def agent_benchmarks(c: dict[str, Any], sec: str) -> list[str]:
-    """The benchmarks of an agent block: tool_agents.benchmarks, or ["web"]."""
-    return ["web"] if sec == "web" else list(section(c, sec).get("benchmarks") or {})
-
-
-# What every web episode depends on. Left out: browsers, hang_s and the timeouts (action_timeout_s,
-# navigation_timeout_s, start_timeout_s): how many browsers and how long a slow call may take, not
-# what a page that answers in time shows, so a run whose pages answer gets the same results.
-WEB_EPISODE_KEYS = ("sites", "site_seed", "reset", "reset_every", "observation", "max_obs_chars", "restate_objective",
-                    "prompt_style", "action_syntax", "max_turns", "max_new_tokens", "history_turns", "sampling",
-                    "crash_retries", "judge", "episodes_in_flight", "settle_s", "early_stop_parse_failures",
-                    "early_stop_repeats", "stop_answers", "login")
-
-# A tool benchmark's own token budgets (tool_agents.benchmarks.B), over the shared ones
-TOOL_TOKEN_CAPS = ("max_new_tokens", "max_episode_tokens")
-
-
-def tool_episode_settings(c: dict[str, Any], benchmark: str | None = None) -> dict[str, Any]:
-    """What every episode of an agent benchmark depends on. Tool benchmarks (the default):
-    turn and token budgets, sampling, sandbox, OCR, each benchmark's tools and its own token
-    caps (token_caps, only when some benchmark sets one: tool_token_caps); web: the
-    sites, observation, prompt, budgets, sampling, retries and judge."""
-    if benchmark == "web":
-        w = section(c, "web")
-        return {k: w[k] for k in WEB_EPISODE_KEYS if k in w}
-    ta = section(c, "tool_agents")
-    keys = ("max_turns", "max_tool_calls", "max_new_tokens", "history_turns", "sampling", "sandbox", "ocr")
-    blocks = ta.get("benchmarks") or {}
-    caps = {b: {k: spec[k] for k in TOOL_TOKEN_CAPS if k in spec} for b, spec in blocks.items()}
-    caps = {b: v for b, v in caps.items() if v}  # none set: the settings read as before the overrides existed
-    return {k: ta[k] for k in keys if k in ta} | {
-        "tools": {b: spec.get("tools") for b, spec in blocks.items()}} | ({"token_caps": caps} if caps else {})
-
-
-def tool_token_caps(c: dict[str, Any], benchmark: str) -> dict[str, int | None]:
-    """{max_new_tokens, max_episode_tokens} of a tool benchmark's episodes: tool_agents.benchmarks.B's
-    own when set, else tool_agents.max_new_tokens per reply and no cap on the episode (None)."""
-    ta = section(c, "tool_agents")
-    own = benchmark_block(c, benchmark)
-    return {"max_new_tokens": own.get("max_new_tokens", ta["max_new_tokens"]),
-            "max_episode_tokens": own.get("max_episode_tokens")}
-
-
-def tool_es_settings(c: dict[str, Any], benchmark: str) -> dict[str, Any]:
-    """tool_agents.es with the benchmark's own overrides (tool_agents.benchmarks.B.es); web.es."""
-    if benchmark == "web":
-        return copy.deepcopy(section(c, "web")["es"])
-    ta = section(c, "tool_agents")
-    return deep_merge(ta["es"], ((ta.get("benchmarks") or {}).get(benchmark) or {}).get("es") or {})
-
-
-def tool_grpo_settings(c: dict[str, Any]) -> dict[str, Any]:
-    """rl with tool_agents.grpo merged over it: what Agentic GRPO of a tool agent runs with."""
-    g = dict(section(c, "tool_agents")["grpo"])
-    group = {"tasks_per_step": g["tasks_per_step"], "group_size": g["group_size"]}
-    over = {k: v for k, v in g.items() if k not in group}
-    return deep_merge(rl_settings(c), over | {"grpo": group})
 
 
 def benchmark_block(c: dict[str, Any], benchmark: str) -> dict[str, Any]:

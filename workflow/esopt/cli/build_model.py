@@ -113,6 +113,7 @@ def tool_model(args: argparse.Namespace, cfg: dict, out: Path) -> None:
     from esopt.models.build import build_tiny, hash_weights, sft_settings
     from esopt.models.demonstrations.tools import demonstrations
     from esopt.runs.tool_episodes import load_tasks, make_tools, system_prompt
+    from esopt.spec.agents import ToolEpisodes
 
     ta = cfg.get("tool_agents") or {}
     m = ta.get("model")
@@ -125,11 +126,12 @@ def tool_model(args: argparse.Namespace, cfg: dict, out: Path) -> None:
     prov = Provenance("build-model", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                       seeds={"warmstart": w["seed"]}, inputs=[args.config, *data.values()])
     transcripts = []
+    episodes = ToolEpisodes.from_config(cfg)
     for bench, d in sorted(data.items()):
         tasks = load_tasks(d, bench)[: w["tasks_per_benchmark"]]
-        tools = make_tools(cfg, bench, d)
+        tools = make_tools(episodes, bench, d)
         transcripts += list(demonstrations(bench, tasks, tools, system_prompt(bench, tools), w["mistake_prob"],
-                                           w["seed"], ta.get("history_turns")))
+                                           w["seed"], episodes.history_turns))
     log.info("%d demonstration turns", len(transcripts))
     model, stats = build_tiny(m, transcripts, sft_settings(w, "tool-sft-order"), out, what="tiny tool model")
     params = sum(p.numel() for p in model.parameters())
@@ -144,6 +146,7 @@ def web_model(args: argparse.Namespace, cfg: dict, out: Path) -> None:
     from esopt.models.build import build_tiny, hash_weights, sft_settings, stage
     from esopt.models.demonstrations.web import demonstration_sets, demonstrations, name_pool
     from esopt.runs.tool_episodes import episode_envs, load_tasks, system_prompt, web_provenance
+    from esopt.spec.agents import WebJob
 
     w = cfg.get("web") or {}
     m = w.get("model")
@@ -166,10 +169,11 @@ def web_model(args: argparse.Namespace, cfg: dict, out: Path) -> None:
     transcripts, per_site_seed = [], {}
     swaps = ws.get("name_swaps", 0)
     pool = name_pool(cfg) if swaps else None
+    job = WebJob.from_config(cfg)
     for site_seed, seed_tasks, demo_seed in demonstration_sets(cfg, tasks):
-        with episode_envs({**cfg, "web": {**w, "site_seed": site_seed}}, "web", []) as make_env:
-            turns = list(demonstrations(seed_tasks, make_env, system_prompt("web", [], cfg=cfg),
-                                        ws.get("mistake_prob", 0.2), demo_seed, w.get("history_turns", 0),
+        with episode_envs(job.on_site_seed(site_seed), "web", []) as make_env:
+            turns = list(demonstrations(seed_tasks, make_env, system_prompt("web", [], episodes=job),
+                                        ws.get("mistake_prob", 0.2), demo_seed, job.history_turns,
                                         name_swaps=swaps, pool=pool))
         per_site_seed[site_seed] = {"tasks": len(seed_tasks), "turns": len(turns)}  # with the swapped copies
         transcripts += turns
@@ -181,7 +185,7 @@ def web_model(args: argparse.Namespace, cfg: dict, out: Path) -> None:
     prov.write(out / "provenance.json", outputs=[out],
                extra={"model": {"name": m["name"], "parameters": params, "warmstart": stats,
                                 "demonstration_turns": len(transcripts), "demonstrations_per_site_seed": per_site_seed},
-                      "weights_sha256": hash_weights(out), **web_provenance(cfg, "web")})
+                      "weights_sha256": hash_weights(out), **web_provenance(job)})
 
 
 def ahd_model(args: argparse.Namespace, cfg: dict, out: Path) -> None:

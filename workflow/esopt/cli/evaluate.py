@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import statistics
 from pathlib import Path
 
 from esopt.cli.common import add_provenance_args, add_threads_arg, json_object, parse_wildcards, run_main, setup
@@ -79,34 +78,16 @@ def sudoku(args: argparse.Namespace, cfg: dict, out: Path) -> None:
 
 
 def agent(args: argparse.Namespace, cfg: dict, out: Path) -> None:
-    """Mean@k of an agent benchmark on the evaluation set --data."""
+    """Mean@k of an agent benchmark on the evaluation set --data (esopt.runs.tool_episodes.evaluate_agent)."""
     from esopt.agent.rollout import write_trajectories
-    from esopt.config import agent_section, agent_section_name
-    from esopt.envs.benchmarks import get
-    from esopt.models.load import load_model_and_tokenizer
-    from esopt.runs.tool_episodes import (
-        ToolEpisodeSpec,
-        episode_envs,
-        evaluation_rounds,
-        host_device,
-        load_tasks,
-        make_tools,
-        rollout_policy,
-        sandbox_provenance,
-        site_reset,
-        summarize_tool,
-        web_provenance,
-    )
+    from esopt.config import engine_settings
+    from esopt.runs.tool_episodes import evaluate_agent
+    from esopt.spec.agents import AgentEvaluation, agent_episodes, block_name
 
-    bench = get(args.benchmark)
-    if agent_section_name(args.benchmark) not in cfg:
-        raise ValueError(f"{args.config} has no {agent_section_name(args.benchmark)} block")
-    ev = agent_section(cfg, args.benchmark)["evaluate"]
-    seed = ev["seed"] if args.seed is None else args.seed
-    skill = Path(args.skill).read_text() if args.skill else ""
-    model, tok = load_model_and_tokenizer(args.model, device=host_device(cfg, args.benchmark))
-    tasks = load_tasks(args.data, args.benchmark)
-    tools = make_tools(cfg, args.benchmark, args.data)
+    if block_name(args.benchmark) not in cfg:
+        raise ValueError(f"{args.config} has no {block_name(args.benchmark)} block")
+    ev = AgentEvaluation.from_config(cfg, args.benchmark)
+    seed = ev.seed if args.seed is None else args.seed
     inputs = [args.config, args.model, args.data] + ([args.skill] if args.skill else [])
     runs = [Path(args.model).parent] + ([Path(args.skill).parent] if args.skill else [])
     for run in dict.fromkeys(runs):  # the training run that made the model or the skill, once, in order
@@ -114,33 +95,12 @@ def agent(args: argparse.Namespace, cfg: dict, out: Path) -> None:
             inputs.append(str(run / "provenance.json"))
     prov = Provenance("evaluate", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                       seeds={"evaluate": seed}, inputs=inputs)
-    samples, every = [], []
-    reset = site_reset(cfg, args.benchmark, tasks)  # real sites: web.reset before every round, timed
-    with episode_envs(cfg, args.benchmark, tools, tasks=tasks, reset=reset) as make_env, \
-            rollout_policy(cfg, args.benchmark, model, tok, args.model, seed) as (policy, engine_record):
-        spec = ToolEpisodeSpec.from_config(cfg, args.benchmark, ev["decoding"], batch_size=ev["batch_size"],
-                                           make_env=make_env)
-        for trajs in evaluation_rounds(policy, tok, spec, tools, tasks, ev["samples"], seed, skill, reset):
-            samples.append(summarize_tool(trajs))
-            every += trajs
-    scores = [s["score"] for s in samples]
-    summary = {"benchmark": args.benchmark, "model": str(args.model), "skill": args.skill, "meta": parse_wildcards(args.meta),
-               "k": ev["samples"], "mean_at_k": statistics.fmean(scores),
-               "sample_std": statistics.pstdev(scores), "scores": scores, "tasks": len(tasks),
-               "decoding": ev["decoding"], "seed": seed, **{f"all_{k}": v for k, v in summarize_tool(every).items()}}
-    if bench.summary is not None:
-        summary |= bench.summary(tasks, every)
-    if reset is not None:
-        summary["resets"] = reset.records
+    result = evaluate_agent(agent_episodes(cfg, args.benchmark), ev, engine_settings(cfg, args.benchmark),
+                            args.benchmark, args.model, args.data, seed, args.skill, parse_wildcards(args.meta))
     traj_path = out.with_suffix(".trajectories.jsonl")
-    write_trajectories(traj_path, every)
-    write_json_atomic(out, summary)
-    prov.write(out.with_suffix(".provenance.json"), outputs=[out, traj_path],
-               extra={"model_device": str(model.device), "engine": engine_record,
-                      **sandbox_provenance(cfg, args.benchmark),
-                      **web_provenance(cfg, args.benchmark)})
-    log.info("%s Mean@%d %.3f (samples %s)", args.benchmark, ev["samples"], summary["mean_at_k"],
-             ", ".join(f"{x:.3f}" for x in scores))
+    write_trajectories(traj_path, result.trajectories)
+    write_json_atomic(out, result.summary)
+    prov.write(out.with_suffix(".provenance.json"), outputs=[out, traj_path], extra=result.extra)
 
 
 def main_fn(args: argparse.Namespace) -> int:

@@ -70,8 +70,9 @@ def main_fn(args: argparse.Namespace) -> int:
     tasks_file = write_tasks(out, tasks)
     if bench.prepare is not None:  # e.g. OCR reads every image once, here (see tool_episodes.make_tools)
         from esopt.runs.tool_episodes import make_tools
+        from esopt.spec.agents import agent_episodes
 
-        bench.prepare(tasks, make_tools(cfg, args.benchmark, out))
+        bench.prepare(tasks, make_tools(agent_episodes(cfg, args.benchmark), args.benchmark, out))
     prov.write(out / "provenance.json", outputs=[out],
                extra={"benchmark": args.benchmark, "set": args.set, "spec": spec, "tasks": len(tasks)})
     log.info("%s/%s: %d tasks in %s", args.benchmark, args.set, len(tasks), tasks_file)

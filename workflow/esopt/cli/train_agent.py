@@ -32,25 +32,24 @@ from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcar
 from esopt.envs.benchmarks import BENCHMARKS
 from esopt.provenance.record import Provenance
 from esopt.provenance.run_dir import RunDir
+from esopt.spec.agents import METHODS, AgentTraining, block_name
 
 log = logging.getLogger("esopt.train_agent")
 
 
 def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config, args.threads)
-    from esopt.config import agent_section_name
-
-    if agent_section_name(args.benchmark) not in cfg:
-        raise ValueError(f"{args.config} has no {agent_section_name(args.benchmark)} block")
-    from esopt.runs.tool_training import METHODS, ToolRun, train_tool_agent
-
+    if block_name(args.benchmark) not in cfg:
+        raise ValueError(f"{args.config} has no {block_name(args.benchmark)} block")
     if args.method not in METHODS:
         raise ValueError(f"--method {args.method!r}: expected one of {METHODS}")
+    job = AgentTraining.from_config(cfg, args.method, args.benchmark)
+    from esopt.runs.tool_training import train_tool_agent
+
     run = RunDir(args.out)
     prov = Provenance("train-agent", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                       seeds={args.method: args.seed}, inputs=[args.config, args.model, args.data])
-    result = train_tool_agent(ToolRun(args.method, args.benchmark, args.seed), cfg, args.model, args.data,
-                              run.resume, run.trajectories)
+    result = train_tool_agent(job, args.seed, args.model, args.data, run.resume, run.trajectories)
 
     # Publish atomically; provenance last.
     if result.checkpoint is not None:
@@ -66,7 +65,8 @@ def main_fn(args: argparse.Namespace) -> int:
     run.publish_trajectories()
     from esopt.runs.tool_episodes import sandbox_provenance, web_provenance
 
-    run.finish(prov, extra={**result.extra, **sandbox_provenance(cfg, args.benchmark), **web_provenance(cfg, args.benchmark)})
+    run.finish(prov, extra={**result.extra, **sandbox_provenance(job.episodes, args.benchmark),
+                            **web_provenance(job.episodes)})
     log.info("done: %s", run.out)
     return 0
 

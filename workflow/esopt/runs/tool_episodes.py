@@ -27,9 +27,11 @@ from typing import Any
 from esopt.agent.react import make_react_env, tool_instructions
 from esopt.agent.rollout import Sampling, Trajectory, rollout
 from esopt.agent.tools import Tool
-from esopt.config import agent_section, benchmark_block, engine_settings, tool_token_caps
 from esopt.envs.benchmarks import check, instructions, task_class
 from esopt.io import write_text_atomic
+from esopt.spec.agents import AgentEvaluation, ToolEpisodes, WebJob, WebSites
+
+Episodes = ToolEpisodes | WebJob  # a benchmark's episode settings (esopt.spec.agents.agent_episodes)
 
 TASKS_FILE = "tasks.jsonl"
 
@@ -80,56 +82,66 @@ def sample_batch(tasks: Sequence[Any], n: int, seed: int) -> list[Any]:
 OCR_CACHE = "ocr_cache"
 
 
-def make_tools(cfg: dict[str, Any], benchmark: str, data_dir: str | os.PathLike | None = None) -> list[Tool]:
-    """The tools the config gives a benchmark (tool_agents.benchmarks.B.tools; web has none).
+def make_tools(episodes: Episodes, benchmark: str, data_dir: str | os.PathLike | None = None) -> list[Tool]:
+    """The tools `episodes` give a benchmark (tool_agents.benchmarks.B.tools; web has none).
     OCR reads its results from DATA_DIR/ocr_cache, which `esopt prepare-data` fills for
     every image (OCR is deterministic: each image is read once per data set, not once per job)."""
-    ta = agent_section(cfg, benchmark)
     tools: list[Tool] = []
-    for name in benchmark_block(cfg, benchmark)["tools"]:
+    for name in episodes.tools[benchmark]:
         if name == "python":
             from esopt.agent.tools.python_sandbox import PythonSandbox
 
-            box = PythonSandbox(**ta.get("sandbox", {}))  # require_all_layers: raises here, at the job's start
+            box = PythonSandbox(**(episodes.sandbox or {}))  # require_all_layers: raises here, at the job's start
             box.log_layers()  # which layers are active, once per run
             tools.append(box)
         elif name == "ocr":
             from esopt.agent.tools.ocr import OCRTool
 
             cache = Path(data_dir) / OCR_CACHE if data_dir is not None else None
-            tools.append(OCRTool(**ta.get("ocr", {}), cache_dir=cache))
+            tools.append(OCRTool(**(episodes.ocr or {}), cache_dir=cache))
         else:
             raise ValueError(f"tool {name!r}: expected python or ocr")
     return tools
 
 
-def sandbox_provenance(cfg: dict[str, Any], benchmark: str) -> dict[str, Any]:
+def sandbox_provenance(episodes: Episodes, benchmark: str) -> dict[str, Any]:
     """{"sandbox": the layers active here, ...} for a provenance record if the benchmark
     uses the Python sandbox, else {}."""
-    ta = agent_section(cfg, benchmark)
-    if "python" not in benchmark_block(cfg, benchmark)["tools"]:
+    if "python" not in episodes.tools[benchmark]:
         return {}
     from esopt.agent.tools.python_sandbox import PythonSandbox
 
-    return {"sandbox": PythonSandbox(**ta.get("sandbox", {})).provenance()}
+    return {"sandbox": PythonSandbox(**(episodes.sandbox or {})).provenance()}
 
 
-def web_provenance(cfg: dict[str, Any], benchmark: str) -> dict[str, Any]:
+def web_provenance(episodes: Episodes) -> dict[str, Any]:
     """{"web": the browser's and libraries' versions and the sites} for a web job's
     record, else {} (the task files are the job's inputs, hashed in the record)."""
-    if benchmark != "web":
+    if not isinstance(episodes, WebJob):
         return {}
     from esopt.envs.web.deps import versions
 
-    w = cfg["web"]
-    return {"web": {**versions(), "sites": w.get("sites", "local"), "site_seed": w.get("site_seed", 0),
-                    "observation": w.get("observation", "axtree")}}
+    return {"web": {**versions(), "sites": episodes.sites.sites, "site_seed": episodes.sites.site_seed,
+                    "observation": episodes.episodes.observation}}
 
 
-def system_prompt(benchmark: str, tools: Sequence[Tool], skill: str = "", cfg: dict[str, Any] | None = None) -> str:
-    """Task instructions (web's in `cfg`'s prompt style), tool documentation (if any tools),
-    then the skill document (if any)."""
-    parts = [instructions(benchmark, cfg)] + ([tool_instructions(tools)] if tools else [])
+def _instructions_config(episodes: Episodes | None) -> dict[str, Any] | None:
+    """What a benchmark's instructions read of the config (esopt.envs.benchmarks.instructions):
+    web's prompt style and observation."""
+    if not isinstance(episodes, WebJob):
+        return None
+    return {"web": {"prompt_style": episodes.episodes.prompt_style, "observation": episodes.episodes.observation}}
+
+
+def task_instructions(benchmark: str, episodes: Episodes | None = None) -> str:
+    """The benchmark's task instructions (web's in the prompt style of `episodes`)."""
+    return instructions(benchmark, _instructions_config(episodes))
+
+
+def system_prompt(benchmark: str, tools: Sequence[Tool], skill: str = "", episodes: Episodes | None = None) -> str:
+    """Task instructions (web's in the prompt style of `episodes`), tool documentation (if any
+    tools), then the skill document (if any)."""
+    parts = [task_instructions(benchmark, episodes)] + ([tool_instructions(tools)] if tools else [])
     if skill.strip():
         parts.append(skill.strip())
     return "\n\n".join(parts)
@@ -157,95 +169,84 @@ class SiteReset:
         return seconds
 
 
-def web_site_urls(cfg: dict[str, Any], tasks: Sequence[Any] | None = None) -> dict[str, str] | None:
+def web_site_urls(sites: WebSites, tasks: Sequence[Any] | None = None) -> dict[str, str] | None:
     """The real sites a web job needs: `web.sites` narrowed to the sites `tasks` use (all of
     them without tasks); None on the local sites. A site a task uses that `web.sites` lacks
     raises ValueError naming it and its tasks (esopt.envs.web.webarena.needed_site_urls)."""
-    sites = (cfg.get("web") or {}).get("sites", "local")
-    if sites == "local":
+    if sites.local:
         return None
     from esopt.envs.web import webarena
 
-    return webarena.needed_site_urls(sites, tasks) if tasks is not None else webarena.site_urls(sites)
+    return webarena.needed_site_urls(sites.sites, tasks) if tasks is not None else webarena.site_urls(sites.sites)
 
 
-def site_reset(cfg: dict[str, Any], benchmark: str, tasks: Sequence[Any] | None = None) -> SiteReset | None:
+def site_reset(episodes: Episodes, tasks: Sequence[Any] | None = None) -> SiteReset | None:
     """The job's SiteReset (web.reset on real sites, waiting for the sites `tasks` use), else None."""
-    w = cfg.get("web") or {}
-    if benchmark != "web" or not w.get("reset") or w.get("sites", "local") == "local":
+    if not isinstance(episodes, WebJob) or not episodes.sites.reset or episodes.sites.local:
         return None
-    return SiteReset(w["reset"], web_site_urls(cfg, tasks))
+    return SiteReset(episodes.sites.reset, web_site_urls(episodes.sites, tasks))
 
 
 @contextlib.contextmanager
-def episode_envs(cfg: dict[str, Any], benchmark: str, tools: Sequence[Tool], tasks: Sequence[Any] | None = None,
+def episode_envs(episodes: Episodes, benchmark: str, tools: Sequence[Tool], tasks: Sequence[Any] | None = None,
                  reset: SiteReset | None = None) -> Iterator[Callable[[], Any]]:
     """A factory of fresh environments for the episodes of one job. Tool benchmarks: a
     ReAct environment over the tools. Web: environments on one WebRuntime (the sites and
     `web.browsers` browsers) opened here for the whole job and closed on the way out, so
     no browser or site server outlives it. Real sites are reset first (`reset`, default
-    site_reset(cfg, benchmark, tasks): web.reset, "job start") and must answer: only the
+    site_reset(episodes, tasks): web.reset, "job start") and must answer: only the
     sites `tasks` use (all of `web.sites` without tasks; esopt.envs.web.webarena.check_sites)."""
-    if benchmark != "web":
-        max_tool_calls = agent_section(cfg, benchmark).get("max_tool_calls")
-        yield lambda: make_react_env(benchmark, tools, max_tool_calls)
+    if not isinstance(episodes, WebJob):
+        yield lambda: make_react_env(benchmark, tools, episodes.max_tool_calls)
         return
     from esopt.envs.web import WebEnv, WebRuntime
 
-    w = cfg["web"]
+    s = episodes.sites
     sites: Any = "local"
-    if w.get("sites", "local") != "local":
+    if not s.local:
         from esopt.envs.web import webarena
 
-        needed = web_site_urls(cfg, tasks)  # a site a task uses and web.sites lacks: one error names it
-        reset = reset if reset is not None else site_reset(cfg, benchmark, tasks)
+        needed = web_site_urls(s, tasks)  # a site a task uses and web.sites lacks: one error names it
+        reset = reset if reset is not None else site_reset(episodes, tasks)
         if reset is not None:
             reset("job start")
-        sites = webarena.make_fixed_sites(w["sites"], require=needed)  # those sites must answer, or one error names them
-    with WebRuntime(sites, seed=w.get("site_seed", 0), browsers=w.get("browsers", 1), hang_s=w.get("hang_s", 30),
-                    action_timeout_s=w.get("action_timeout_s", 5), navigation_timeout_s=w.get("navigation_timeout_s", 15),
-                    start_timeout_s=w.get("start_timeout_s")) as rt:
-        yield lambda: WebEnv(rt, max_turns=w["max_turns"], observation=w.get("observation", "axtree"),
-                             max_obs_chars=w.get("max_obs_chars", 4000), judge=w.get("judge"),
-                             crash_retries=w.get("crash_retries", 1), prompt_style=w.get("prompt_style", "full"),
-                             restate_objective=w.get("restate_objective", False), settle_s=w.get("settle_s", 0),
-                             early_stop_parse_failures=w.get("early_stop_parse_failures"),
-                             early_stop_repeats=w.get("early_stop_repeats"), stop_answers=w.get("stop_answers", "empty"),
-                             login=w.get("login", "sites"), action_syntax=w.get("action_syntax", "tolerant"))
+        sites = webarena.make_fixed_sites(s.sites, require=needed)  # those sites must answer, or one error names them
+    env_kwargs = episodes.episodes.env_kwargs()
+    with WebRuntime(sites, **s.runtime_kwargs()) as rt:
+        yield lambda: WebEnv(rt, **env_kwargs)
 
 
-def generation_reset(cfg: dict[str, Any], benchmark: str, reset: SiteReset | None = None) -> Callable[[], Any] | None:
+def generation_reset(episodes: Episodes, reset: SiteReset | None = None) -> Callable[[], Any] | None:
     """The real sites' reset before every training generation (web.reset_every: generation):
-    fn(generation=None) calling `reset` (default: site_reset(cfg, benchmark)) with "generation
+    fn(generation=None) calling `reset` (default: site_reset(episodes)) with "generation
     N"; else None."""
-    w = cfg.get("web") or {}
-    if benchmark != "web" or not w.get("reset") or w.get("reset_every", "job") != "generation":
+    if not isinstance(episodes, WebJob) or not episodes.sites.reset or episodes.sites.reset_every != "generation":
         return None
-    reset = reset if reset is not None else site_reset(cfg, benchmark)
+    reset = reset if reset is not None else site_reset(episodes)
     if reset is None:
         return None
     return lambda generation=None: reset("generation" if generation is None else f"generation {generation}")
 
 
-def host_device(cfg: dict[str, Any], benchmark: str) -> str | None:
-    """Where a job loads the HF model for the benchmark's engine (esopt.agent.engines.hf_model_device):
-    the host (cpu) beside a vLLM engine, which needs the accelerator's memory for itself (the
-    host copy receives the final weights, or serves the Trace2Skill analyst); else None, the
-    default device."""
+def host_device(engine: dict[str, Any]) -> str | None:
+    """Where a job loads the HF model for a benchmark's `engine` (esopt.config.engine_settings;
+    esopt.agent.engines.hf_model_device): the host (cpu) beside a vLLM engine, which needs the
+    accelerator's memory for itself (the host copy receives the final weights, or serves the
+    Trace2Skill analyst); else None, the default device."""
     from esopt.agent.engines import hf_model_device
 
-    return hf_model_device(engine_settings(cfg, benchmark))
+    return hf_model_device(engine)
 
 
 @contextlib.contextmanager
-def rollout_policy(cfg: dict[str, Any], benchmark: str, model, tokenizer, model_dir: str | os.PathLike,
+def rollout_policy(engine: dict[str, Any], model, tokenizer, model_dir: str | os.PathLike,
                    seed: int) -> Iterator[tuple[Any, dict[str, Any]]]:
-    """The policy a benchmark's episodes run on (engine.B, docs/engine.md): the HF model
-    itself, or a vLLM engine over model_dir, closed on the way out. Yields (policy, the
+    """The policy a benchmark's episodes run on (its `engine`, engine.B, docs/engine.md): the HF
+    model itself, or a vLLM engine over model_dir, closed on the way out. Yields (policy, the
     engine's provenance record)."""
     from esopt.agent.engines import open_engine
 
-    policy, record = open_engine(engine_settings(cfg, benchmark), model, tokenizer, model_dir, seed=seed)
+    policy, record = open_engine(engine, model, tokenizer, model_dir, seed=seed)
     try:
         yield policy, record
     finally:
@@ -259,7 +260,7 @@ class ToolEpisodeSpec:
     `make_env` comes from `episode_envs` (default: the tool benchmarks' ReAct environment);
     `in_flight` bounds the episodes run at once (web: browser contexts; None: all);
     `max_episode_tokens` caps an episode's replies and observations (esopt.agent.rollout.rollout;
-    None: no cap)."""
+    None: no cap); `episodes`: the settings it was made from (web's prompt style)."""
 
     benchmark: str
     max_turns: int
@@ -267,29 +268,26 @@ class ToolEpisodeSpec:
     history_turns: int | None
     sampling: Sampling
     batch_size: int | None = None
-    cfg: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    episodes: Episodes | None = field(default=None, compare=False, repr=False)
     make_env: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
     in_flight: int | None = None
     max_episode_tokens: int | None = None
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any], benchmark: str, decoding: str, batch_size: int | None = None,
-                    make_env: Callable[[], Any] | None = None) -> ToolEpisodeSpec:
+    def from_episodes(cls, episodes: Episodes, benchmark: str, decoding: str, batch_size: int | None = None,
+                      make_env: Callable[[], Any] | None = None) -> ToolEpisodeSpec:
+        """A batch of `benchmark`'s episodes under `episodes`, decoded greedily or sampled."""
         check(benchmark)
-        ta = agent_section(cfg, benchmark)
-        s = ta["sampling"]
-        caps = ({"max_new_tokens": ta["max_new_tokens"], "max_episode_tokens": None} if benchmark == "web"
-                else tool_token_caps(cfg, benchmark))  # a tool benchmark's own caps over the shared ones
-        sampling = Sampling.from_profile(s, caps["max_new_tokens"], do_sample=decoding == "sample")
-        return cls(benchmark=benchmark, max_turns=ta["max_turns"], max_tool_calls=ta.get("max_tool_calls"),
-                   history_turns=ta.get("history_turns"), sampling=sampling, batch_size=batch_size, cfg=cfg,
-                   make_env=make_env, in_flight=ta.get("episodes_in_flight"),
-                   max_episode_tokens=caps["max_episode_tokens"])
+        max_new_tokens, max_episode_tokens = episodes.caps(benchmark)  # a tool benchmark's own over the shared ones
+        sampling = Sampling.from_profile(episodes.sampling, max_new_tokens, do_sample=decoding == "sample")
+        return cls(benchmark=benchmark, max_turns=episodes.max_turns, max_tool_calls=episodes.max_tool_calls,
+                   history_turns=episodes.history_turns, sampling=sampling, batch_size=batch_size, episodes=episodes,
+                   make_env=make_env, in_flight=episodes.episodes_in_flight, max_episode_tokens=max_episode_tokens)
 
     def env_factory(self, tools: Sequence[Tool]) -> Callable[[], Any]:
         if self.make_env is not None:
             return self.make_env
-        if self.benchmark == "web":
+        if isinstance(self.episodes, WebJob):
             raise ValueError("web episodes need the environments of esopt.runs.tool_episodes.episode_envs")
         return lambda: make_react_env(self.benchmark, tools, self.max_tool_calls)
 
@@ -331,13 +329,14 @@ def run_tool_episodes(model, tokenizer, spec: ToolEpisodeSpec, tools: Sequence[T
     for c, lo in enumerate(range(0, len(tasks), step)):
         chunk = rollout(
             model, tokenizer, spec.env_factory(tools), tasks[lo:lo + step],
-            system=system_prompt(spec.benchmark, tools, skill, spec.cfg), sampling=spec.sampling,
+            system=system_prompt(spec.benchmark, tools, skill, spec.episodes), sampling=spec.sampling,
             seed=seed if c == 0 else derive_seed(seed, "chunk", c), max_turns=spec.max_turns,
             history_turns=spec.history_turns, batch_size=spec.batch_size, counters=counters,
             max_episode_tokens=spec.max_episode_tokens,
         )
         out += chunk
-        failed = judge_failures(chunk) if stop_on_judge_failure is not None and spec.benchmark == "web" else []
+        judged = isinstance(spec.episodes, WebJob)  # a web task may need the fuzzy-match judge
+        failed = judge_failures(chunk) if stop_on_judge_failure is not None and judged else []
         if failed:
             err = JudgeFailureError(failed, f"{stop_on_judge_failure} ({len(out)} of {len(tasks)} episodes run)")
             log.error("%s", err)
@@ -363,6 +362,57 @@ def evaluation_rounds(policy, tokenizer, spec: ToolEpisodeSpec, tools: Sequence[
         rounds.append(trajs)
         log.info("sample %d/%d: score %.3f", k + 1, samples, summarize_tool(trajs)["score"])
     return rounds
+
+
+@dataclass
+class AgentEvaluationRun:
+    """What `evaluate_agent` produced: the summary (FILE.json), every episode, and what the
+    provenance record adds (where the model was, the engine, the sandbox's layers, the web versions)."""
+
+    summary: dict[str, Any]
+    trajectories: list[Trajectory]
+    extra: dict[str, Any]
+
+
+def evaluate_agent(episodes: Episodes, evaluation: AgentEvaluation, engine: dict[str, Any], benchmark: str,
+                   model_dir: str, data_dir: str, seed: int, skill: str | None = None,
+                   meta: Any = None) -> AgentEvaluationRun:
+    """Mean@k of the model in `model_dir` on the evaluation set in `data_dir` (`esopt evaluate
+    --benchmark B`): evaluation.samples rounds (evaluation_rounds) with the skill document at
+    path `skill` (if any) in the system prompt, on `engine` (esopt.config.engine_settings).
+    The summary names the benchmark, model, skill and `meta` as given; real sites are reset
+    before every round, their times in the summary's `resets`."""
+    from esopt.envs.benchmarks import get
+    from esopt.models.load import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer(model_dir, device=host_device(engine))
+    tasks = load_tasks(data_dir, benchmark)
+    tools = make_tools(episodes, benchmark, data_dir)
+    skill_text = Path(skill).read_text() if skill else ""
+    samples, every = [], []
+    reset = site_reset(episodes, tasks)  # real sites: web.reset before every round, timed
+    with episode_envs(episodes, benchmark, tools, tasks=tasks, reset=reset) as make_env, \
+            rollout_policy(engine, model, tok, model_dir, seed) as (policy, engine_record):
+        spec = ToolEpisodeSpec.from_episodes(episodes, benchmark, evaluation.decoding,
+                                             batch_size=evaluation.batch_size, make_env=make_env)
+        for trajs in evaluation_rounds(policy, tok, spec, tools, tasks, evaluation.samples, seed, skill_text, reset):
+            samples.append(summarize_tool(trajs))
+            every += trajs
+    scores = [x["score"] for x in samples]
+    summary = {"benchmark": benchmark, "model": str(model_dir), "skill": skill, "meta": meta,
+               "k": evaluation.samples, "mean_at_k": statistics.fmean(scores), "sample_std": statistics.pstdev(scores),
+               "scores": scores, "tasks": len(tasks), "decoding": evaluation.decoding, "seed": seed,
+               **{f"all_{k}": v for k, v in summarize_tool(every).items()}}
+    bench = get(benchmark)
+    if bench.summary is not None:
+        summary |= bench.summary(tasks, every)
+    if reset is not None:
+        summary["resets"] = reset.records
+    extra = {"model_device": str(model.device), "engine": engine_record, **sandbox_provenance(episodes, benchmark),
+             **web_provenance(episodes)}
+    log.info("%s Mean@%d %.3f (samples %s)", benchmark, evaluation.samples, summary["mean_at_k"],
+             ", ".join(f"{x:.3f}" for x in scores))
+    return AgentEvaluationRun(summary, every, extra)
 
 
 def by_site(tasks: Sequence[Any], trajs: Sequence[Trajectory]) -> dict[str, dict[str, float]]:

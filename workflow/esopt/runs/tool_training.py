@@ -29,19 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from esopt.io import write_json_atomic
+from esopt.spec.agents import METHODS, AgentTraining
 
 log = logging.getLogger("esopt.train_agent")
-
-METHODS = ("esopt", "esopt_trace2skill", "trace2skill", "grpo")
-
-
-@dataclass(frozen=True)
-class ToolRun:
-    """Which run: the method, the benchmark and the seed."""
-
-    method: str
-    benchmark: str
-    seed: int
 
 
 @dataclass
@@ -60,19 +50,18 @@ class ToolTraining:
 
 
 # ---------------------------------------------------------------- prompt optimizer state
-def make_prompt_optimizer(cfg: dict, benchmark: str, seed: int, model_dir: str, base=None):
-    """Trace2Skill with the configured analyst. A policy analyst is a frozen copy of
+def make_prompt_optimizer(job: AgentTraining, seed: int, model_dir: str, base=None):
+    """Trace2Skill with the job's analyst. A policy analyst is a frozen copy of
     the base model, so its proposals do not depend on where ES has moved the weights
     (and a resumed run proposes exactly what an uninterrupted one did). `base`: an
     (HF model, tokenizer) that holds the base weights for the whole run and may serve as
     that copy (with a vLLM engine, the host model: ES moves the engine's weights, not its);
     None: a copy is loaded from model_dir."""
-    from esopt.config import agent_section
-    from esopt.envs.benchmarks import instructions
     from esopt.prompt.analyst import make_analyst
     from esopt.prompt.trace2skill import Trace2Skill
+    from esopt.runs.tool_episodes import task_instructions
 
-    t = agent_section(cfg, benchmark)["trace2skill"]
+    t = job.trace2skill
     spec = t["analyst"]
     model = tok = None
     if spec.get("kind", "policy") == "policy":
@@ -82,7 +71,7 @@ def make_prompt_optimizer(cfg: dict, benchmark: str, seed: int, model_dir: str, 
     analyst = make_analyst(spec, model=model, tokenizer=tok)
     return Trace2Skill(analyst, success_traces=t["success_traces"], failure_traces=t["failure_traces"],
                        max_edits_per_trace=t["max_edits_per_trace"], max_items=t["max_items"], seed=seed,
-                       task_description=instructions(benchmark, cfg))
+                       task_description=task_instructions(job.benchmark, job.episodes))
 
 
 class PromptState:
@@ -145,36 +134,31 @@ class PromptState:
 
 
 # ---------------------------------------------------------------- methods
-def run_es(run: ToolRun, cfg, model, policy, tok, tools, train, spec, resume_dir: Path, traj_dir: Path,
+def run_es(job: AgentTraining, seed: int, model, policy, tok, tools, train, spec, resume_dir: Path, traj_dir: Path,
            prompt: PromptState | None, site_reset=None):
     """Agentic ESOpt with the episodes on `policy`: the HF `model` itself (perturbed in
     place), or an engine (rollout_policy) whose perturber runs ES inside it; the engine's
     final weights are then copied into `model`, which is what the run saves."""
     from esopt.agent.rollout import kept_steps, write_trajectories
-    from esopt.config import tool_es_settings
-    from esopt.es import ESConfig, ESTrainer
+    from esopt.es import ESConfig, ESRun
     from esopt.es.history import History
-    from esopt.hashing import weights_sha256
-    from esopt.runs.sudoku_training import load_weights
     from esopt.runs.tool_episodes import generation_reset, run_tool_episodes, sample_batch, summarize_tool
 
-    e = tool_es_settings(cfg, run.benchmark)
-    es_cfg = ESConfig.from_settings(e, e["population"], run.seed)
-    perturber = None
-    if policy is not model:  # ES inside the engine: the HF model waits on the host for the final weights
-        perturber = policy.perturber(es_cfg.update_rounding, revert=e.get("revert", "auto"))
+    e = job.es
+    es_cfg = ESConfig.from_settings(e.settings(), e.population, seed)
+    es_run = ESRun(model, es_cfg.update_rounding, e.revert, policy=policy)
     keep = kept_steps(es_cfg.generations)
     history_path = resume_dir / "history.json"
     if prompt is not None:
         prompt.catch_up(len(History.load(history_path).generations) if history_path.exists() else 0)
 
-    reset_sites = generation_reset(cfg, run.benchmark, site_reset)
+    reset_sites = generation_reset(job.episodes, site_reset)
 
     def fitness(member):
         if reset_sites is not None and member.index == 0:  # real sites, fresh for every generation
             reset_sites(member.generation)
         counters: dict[str, int] = {}
-        batch = sample_batch(train, e["tasks_per_member"], member.task_seed)
+        batch = sample_batch(train, e.tasks_per_member, member.task_seed)
         skill = prompt.opt.context() if prompt else ""
         trajs = run_tool_episodes(policy, tok, spec, tools, batch, seed=member.task_seed, skill=skill, counters=counters)
         if prompt is not None:
@@ -195,39 +179,36 @@ def run_es(run: ToolRun, cfg, model, policy, tok, tools, train, spec, resume_dir
         if prompt is not None:
             prompt.update(rec.generation, prompt.load_rollouts(rec.generation))
 
-    trainer = ESTrainer(model if perturber is None else None, es_cfg, fitness, history_path=history_path,
-                        run_info={"benchmark": run.benchmark, "method": run.method,
-                                  "base_weights_sha256": weights_sha256(model), "tasks_per_member": e["tasks_per_member"],
-                                  "episode": {"max_turns": spec.max_turns, "max_tool_calls": spec.max_tool_calls,
-                                              "sampling": vars(spec.sampling)}},
-                        on_generation=on_generation, revert=e.get("revert", "exact"), perturber=perturber,
-                        member_deadline_s=(cfg.get("distributed") or {}).get("member_deadline_s"))
+    trainer = es_run.trainer(es_cfg, fitness, history_path=history_path,
+                             run_info={"benchmark": job.benchmark, "method": job.method,
+                                       "base_weights_sha256": es_run.base_weights_sha256,
+                                       "tasks_per_member": e.tasks_per_member,
+                                       "episode": {"max_turns": spec.max_turns, "max_tool_calls": spec.max_tool_calls,
+                                                   "sampling": vars(spec.sampling)}},
+                             on_generation=on_generation, member_deadline_s=job.member_deadline_s)
     history = trainer.run()
-    if perturber is not None:
-        load_weights(model, policy.state_dict())
-    history.final = {"weights_sha256": weights_sha256(model)}
+    es_run.finish(history)
     return history, [r.metrics() for r in history.generations]
 
 
-def run_trace2skill(run: ToolRun, cfg, policy, tok, tools, train, spec, traj_dir: Path, prompt: PromptState,
-                    site_reset=None):
+def run_trace2skill(job: AgentTraining, seed: int, policy, tok, tools, train, spec, traj_dir: Path,
+                    prompt: PromptState, site_reset=None):
     """Trace2Skill alone: the base model's episodes (on `policy`: the HF model or an engine)
-    of each generation feed the skill."""
+    of each generation feed the skill, on the task batches an ES run of this seed sees."""
     from types import SimpleNamespace
 
     from tqdm.auto import tqdm
 
     from esopt.agent.rollout import kept_steps, write_trajectories
-    from esopt.config import agent_section, tool_es_settings
     from esopt.es.settings import task_seed
     from esopt.runs.tool_episodes import generation_reset, run_tool_episodes, sample_batch, summarize_tool
 
-    generations = tool_es_settings(cfg, run.benchmark)["generations"]
-    n = agent_section(cfg, run.benchmark)["trace2skill"]["rollouts_per_generation"]
+    generations = job.es.generations
+    n = job.trace2skill["rollouts_per_generation"]
     keep = kept_steps(generations)
-    same_batches = SimpleNamespace(seed=run.seed)  # the task batches an ES run of this seed sees
+    same_batches = SimpleNamespace(seed=seed)  # the task batches an ES run of this seed sees
     done = prompt.load()
-    reset_sites = generation_reset(cfg, run.benchmark, site_reset)
+    reset_sites = generation_reset(job.episodes, site_reset)
     for t in tqdm(range(done, generations), initial=done, total=generations, desc="Trace2Skill generations"):
         if reset_sites is not None:
             reset_sites(t)
@@ -242,20 +223,19 @@ def run_trace2skill(run: ToolRun, cfg, policy, tok, tools, train, spec, traj_dir
     return [ln["metrics"] for ln in prompt.lines]
 
 
-def run_grpo(run: ToolRun, cfg, tok, model_dir, tools, train, benchmark, resume_dir: Path, traj_dir: Path):
+def run_grpo(job: AgentTraining, seed: int, tok, model_dir, tools, train, resume_dir: Path, traj_dir: Path):
+    """Agentic GRPO on HF token rollouts of the tool episodes (observations outside the loss mask)."""
     from esopt.agent.react import make_react_env
     from esopt.agent.rollout import Sampling, kept_steps, write_trajectories
     from esopt.agent.tokens import token_rollout
-    from esopt.config import tool_grpo_settings, tool_token_caps
     from esopt.models.load import load_model_and_tokenizer
     from esopt.rl.trainer import RLConfig, RLTrainer
     from esopt.runs.tool_episodes import sample_batch, system_prompt
 
-    ta = cfg["tool_agents"]
-    rl = tool_grpo_settings(cfg)
-    prof = ta["sampling"]
-    sampling = Sampling.from_profile(prof, tool_token_caps(cfg, benchmark)["max_new_tokens"])
-    rcfg = RLConfig.from_settings(rl, "grpo", prof, run.seed)
+    benchmark, episodes = job.benchmark, job.episodes
+    rl = job.grpo.settings()
+    sampling = Sampling.from_profile(episodes.sampling, episodes.caps(benchmark)[0])
+    rcfg = RLConfig.from_settings(rl, "grpo", episodes.sampling, seed)
     policy, _ = load_model_and_tokenizer(model_dir, dtype=rl["dtype"])
     system = system_prompt(benchmark, tools)
     keep = kept_steps(rcfg.steps)
@@ -263,9 +243,9 @@ def run_grpo(run: ToolRun, cfg, tok, model_dir, tools, train, benchmark, resume_
 
     def rollout_fn(policy_, task_seed, sampling_seed, group, counters):
         tasks = [t for t in sample_batch(train, rcfg.tasks_per_step, task_seed) for _ in range(group)]
-        trajs = token_rollout(policy_, tok, lambda: make_react_env(benchmark, tools, ta.get("max_tool_calls")), tasks,
-                              system=system, sampling=sampling, seed=sampling_seed, max_turns=ta["max_turns"],
-                              history_turns=ta.get("history_turns"), max_total_tokens=rl["max_total_tokens"],
+        trajs = token_rollout(policy_, tok, lambda: make_react_env(benchmark, tools, episodes.max_tool_calls), tasks,
+                              system=system, sampling=sampling, seed=sampling_seed, max_turns=episodes.max_turns,
+                              history_turns=episodes.history_turns, max_total_tokens=rl["max_total_tokens"],
                               batch_size=rl["batch_size"], counters=counters)
         if step_of["t"] in keep:
             write_trajectories(traj_dir / f"step{step_of['t']:04d}.jsonl", trajs[: 4 * group], step=step_of["t"])
@@ -281,14 +261,14 @@ def run_grpo(run: ToolRun, cfg, tok, model_dir, tools, train, benchmark, resume_
     return policy, trainer.run()
 
 
-def train_tool_agent(run: ToolRun, cfg: dict, model_dir: str, data_dir: str, resume_dir: Path,
+def train_tool_agent(job: AgentTraining, seed: int, model_dir: str, data_dir: str, resume_dir: Path,
                      traj_dir: Path) -> ToolTraining:
-    """One run of `run.method` from the base model in `model_dir` on the training set in
-    `data_dir`; progress in `resume_dir`, sampled episodes in `traj_dir`."""
+    """One run of `job.method` with `seed` from the base model in `model_dir` on the training
+    set in `data_dir`; progress in `resume_dir`, sampled episodes in `traj_dir`."""
     import torch
     import transformers
 
-    from esopt.config import agent_section
+    from esopt.envs.benchmarks import get
     from esopt.hashing import weights_sha256
     from esopt.models.load import load_model_and_tokenizer, load_tokenizer
     from esopt.runs.tool_episodes import (
@@ -301,40 +281,40 @@ def train_tool_agent(run: ToolRun, cfg: dict, model_dir: str, data_dir: str, res
         site_reset,
     )
 
-    if run.method not in METHODS:
-        raise ValueError(f"--method {run.method!r}: expected one of {METHODS}")
-    ta = agent_section(cfg, run.benchmark)
-    if run.method == "grpo" and run.benchmark == "web":
-        raise ValueError("--method grpo: the web benchmark runs esopt, trace2skill and esopt_trace2skill")
-    train = load_tasks(data_dir, run.benchmark)
-    tools = make_tools(cfg, run.benchmark, data_dir)
-    extra: dict[str, Any] = {"method": run.method, "benchmark": run.benchmark}
-    if run.method == "grpo":  # HF whatever engine.B says: the RL loss needs HF's log-probs
+    if job.method not in METHODS:
+        raise ValueError(f"--method {job.method!r}: expected one of {METHODS}")
+    if job.method == "grpo" and get(job.benchmark).section != "tool_agents":
+        raise ValueError(f"--method grpo: the {job.benchmark} benchmark runs esopt, trace2skill and esopt_trace2skill "
+                         "(GRPO trains the tool agents)")
+    train = load_tasks(data_dir, job.benchmark)
+    tools = make_tools(job.episodes, job.benchmark, data_dir)
+    extra: dict[str, Any] = {"method": job.method, "benchmark": job.benchmark}
+    if job.method == "grpo":  # HF whatever engine.B says: the RL loss needs HF's log-probs
         tok = load_tokenizer(model_dir)
-        model, metrics = run_grpo(run, cfg, tok, model_dir, tools, train, run.benchmark, resume_dir, traj_dir)
-        model = model.to(getattr(torch, ta.get("model", {}).get("dtype") or cfg["model"]["dtype"]))
+        model, metrics = run_grpo(job, seed, tok, model_dir, tools, train, resume_dir, traj_dir)
+        model = model.to(getattr(torch, job.grpo.dtype))
         extra["engine"] = {"name": "hf", "version": transformers.__version__}
         return ToolTraining(model, tok, metrics, checkpoint=resume_dir / "checkpoint.pt", extra=extra)
-    device = host_device(cfg, run.benchmark)  # cpu beside a vLLM engine
+    device = host_device(job.engine)  # cpu beside a vLLM engine
     model, tok = load_model_and_tokenizer(model_dir, device=device)
     extra["base_weights_sha256"] = weights_sha256(model)
     prompt = None
-    if "trace2skill" in run.method:
+    if "trace2skill" in job.method:
         # beside a vLLM engine the host model keeps the base weights until the run ends: the analyst's copy
         base = (model, tok) if device == "cpu" else None
-        prompt = PromptState(make_prompt_optimizer(cfg, run.benchmark, run.seed, model_dir, base=base), resume_dir)
-    reset = site_reset(cfg, run.benchmark, train)  # real sites: web.reset, timed into the record
+        prompt = PromptState(make_prompt_optimizer(job, seed, model_dir, base=base), resume_dir)
+    reset = site_reset(job.episodes, train)  # real sites: web.reset, timed into the record
     if reset is not None:
         extra["resets"] = reset.records
-    with episode_envs(cfg, run.benchmark, tools, tasks=train, reset=reset) as make_env, \
-            rollout_policy(cfg, run.benchmark, model, tok, model_dir, run.seed) as (policy, engine_record):
+    with episode_envs(job.episodes, job.benchmark, tools, tasks=train, reset=reset) as make_env, \
+            rollout_policy(job.engine, model, tok, model_dir, seed) as (policy, engine_record):
         extra.update(engine=engine_record, model_device=str(model.device))
-        spec = ToolEpisodeSpec.from_config(cfg, run.benchmark, ta["es"].get("member_decoding", "sample"),
-                                           ta["evaluate"].get("batch_size", 64), make_env=make_env)
-        if run.method == "trace2skill":
-            metrics = run_trace2skill(run, cfg, policy, tok, tools, train, spec, traj_dir, prompt, reset)
+        spec = ToolEpisodeSpec.from_episodes(job.episodes, job.benchmark, job.es.member_decoding, job.batch_size,
+                                             make_env=make_env)
+        if job.method == "trace2skill":
+            metrics = run_trace2skill(job, seed, policy, tok, tools, train, spec, traj_dir, prompt, reset)
             return ToolTraining(None, tok, metrics, prompt=prompt, extra=extra)  # the weights did not move
-        history, metrics = run_es(run, cfg, model, policy, tok, tools, train, spec, resume_dir, traj_dir, prompt,
+        history, metrics = run_es(job, seed, model, policy, tok, tools, train, spec, resume_dir, traj_dir, prompt,
                                   reset)
     extra["final_weights_sha256"] = history.final["weights_sha256"]
     return ToolTraining(model, tok, metrics, history=history, prompt=prompt, extra=extra)

@@ -10,7 +10,7 @@ their order are what the pipeline's Snakemake params compare, so they stay as th
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from esopt.config import deep_merge, engine_settings, rl_settings, section
@@ -55,6 +55,8 @@ class ToolEpisodes:
                    ocr=ta.get("ocr"), tools={b: list(spec["tools"]) for b, spec in blocks.items()},
                    token_caps={b: v for b, v in caps.items() if v})
 
+    episodes_in_flight = None  # every episode of a batch at once
+
     def caps(self, benchmark: str) -> tuple[int, int | None]:
         """(tokens per reply, tokens per episode or None: no cap) of a benchmark's episodes:
         its own where it sets them, else the block's max_new_tokens and no episode cap."""
@@ -93,7 +95,7 @@ class WebEpisodes:
         return cls(**{f.name: w[f.name] for f in fields(cls)})
 
     def env_kwargs(self) -> dict[str, Any]:
-        return _shallow(self)
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)
@@ -157,14 +159,27 @@ class WebJob:
                    max_new_tokens=w["max_new_tokens"], history_turns=w["history_turns"], sampling=w["sampling"],
                    episodes_in_flight=w["episodes_in_flight"])
 
+    # what a tool episode has and a web episode has not: tools, tool-call limits, an episode's token cap
+    tools = {"web": []}
+    sandbox = ocr = max_tool_calls = None
+
     @property
     def max_turns(self) -> int:
         return self.episodes.max_turns
 
+    def caps(self, benchmark: str = "web") -> tuple[int, None]:
+        """(tokens per reply, None: no cap on an episode's tokens)."""
+        return self.max_new_tokens, None
+
+    def on_site_seed(self, site_seed: int) -> WebJob:
+        """The same episodes on the local sites seeded with `site_seed` (the web model's
+        demonstrations on other copies of the sites)."""
+        return replace(self, sites=replace(self.sites, site_seed=site_seed))
+
     def settings(self) -> dict[str, Any]:
         """Every setting but the runtime-only ones (WebSites.RUNTIME_ONLY)."""
         s = {k: v for k, v in _shallow(self.sites).items() if k not in WebSites.RUNTIME_ONLY}
-        s |= self.episodes.env_kwargs() | {k: v for k, v in _shallow(self).items() if k not in ("episodes", "sites")}
+        s |= _shallow(self.episodes) | {k: v for k, v in _shallow(self).items() if k not in ("episodes", "sites")}
         return {k: s[k] for k in _WEB_SETTINGS_ORDER if k in s} | {k: v for k, v in s.items() if k not in _WEB_SETTINGS_ORDER}
 
 
