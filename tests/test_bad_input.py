@@ -11,10 +11,11 @@ import time
 
 import pytest
 import yaml
-from conftest import ROOT, SMOKE
 
 from esopt.cli.main import COMMANDS, main
 from esopt.config import ConfigError, load_config
+
+from conftest import ROOT, SMOKE
 
 
 def esopt_main(capsys, *args):

@@ -4,14 +4,15 @@ import math
 
 import pytest
 import torch
-from test_es_optimizer import bitwise_equal, quadratic_fitness, small_net, snapshot
 
 from esopt.es import ESConfig, ESTrainer, History, Perturber, SigmaSchedule
 from esopt.es.distributed import Collective
 from esopt.es.fidelity import Fidelity, param_groups
-from esopt.hashing import weights_sha256
 from esopt.es.noise import noise_chunks
 from esopt.es.rounding import ROUNDINGS, stochastic_round
+from esopt.hashing import weights_sha256
+
+from test_es_optimizer import bitwise_equal, quadratic_fitness, small_net, snapshot
 
 BF16_SPACING_AT_1 = 2.0**-7  # between 1.0 and the next bf16 value
 

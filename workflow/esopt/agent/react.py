@@ -23,7 +23,8 @@ on generated tokens, esopt.agent.tokens) already leaves them out of the loss.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from esopt.agent.rollout import TextEnv
 from esopt.agent.tools import Tool

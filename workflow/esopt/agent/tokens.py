@@ -22,8 +22,9 @@ empty or open, is context), and rewards sit at the last generated token of each 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 

@@ -14,7 +14,7 @@ start's transcripts (a prompt of every task and operator, a random expression as
 from __future__ import annotations
 
 import random
-from typing import Sequence, Union
+from collections.abc import Sequence
 
 from esopt.seeding import derive_seed
 
@@ -22,7 +22,7 @@ CONSTANTS = ("0.1", "0.2", "0.5", "1", "2", "3", "5")
 BINARY = ("+", "-", "*", "/")
 UNARY = ("sqrt", "sq")  # np.sqrt(np.abs(x)) and x**2
 
-Expr = Union[str, tuple]  # a leaf (feature or constant) or (op, child[, child])
+Expr = str | tuple  # a leaf (feature or constant) or (op, child[, child])
 
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
 

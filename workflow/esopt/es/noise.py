@@ -8,7 +8,7 @@ are stored or sent; any process regenerates the same eps. Extra memory is one ch
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 

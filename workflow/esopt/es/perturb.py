@@ -25,8 +25,9 @@ fp32 noise chunk (4 bytes × min(CHUNK, tensor size), fixed by the noise definit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -393,7 +394,7 @@ class Perturber:
         stored = 0
         if self.revert_mode == "snapshot":
             self._take_snapshot()  # at every apply: whatever changed the weights since, revert restores them
-            for name, s, orig, delta, scratch in self._pieces(seed, scale):
+            for name, _s, orig, delta, scratch in self._pieces(seed, scale):
                 before = orig.clone() if fidelity is not None else None
                 orig.copy_(torch.add(_fp32_operand(orig), delta, out=scratch.sum[: orig.numel()]))  # as _apply_piece
                 if before is not None:

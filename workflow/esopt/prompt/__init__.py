@@ -20,6 +20,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from esopt.prompt.analyst import (
+    Analyst,
+    AnalystError,
+    OpenAIAnalyst,
+    PolicyAnalyst,
+    make_analyst,
+)
+from esopt.prompt.skill import (
+    Edit,
+    Proposal,
+    SkillDocument,
+    SkillItem,
+    merge_hierarchical,
+    merge_pair,
+    parse_edits,
+)
+from esopt.prompt.trace2skill import PROMPT_TEMPLATE, Trace2Skill, render_trace
+
 if TYPE_CHECKING:
     from esopt.agent.rollout import Trajectory
 
@@ -70,24 +88,6 @@ def compose_system(system: str, context: str) -> str:
     """The system prompt with the context appended after a blank line ("" adds nothing)."""
     return f"{system.rstrip()}\n\n{context.strip()}" if context.strip() else system
 
-
-from esopt.prompt.analyst import (
-    Analyst,
-    AnalystError,
-    OpenAIAnalyst,
-    PolicyAnalyst,
-    make_analyst,
-)
-from esopt.prompt.skill import (
-    Edit,
-    Proposal,
-    SkillDocument,
-    SkillItem,
-    merge_hierarchical,
-    merge_pair,
-    parse_edits,
-)
-from esopt.prompt.trace2skill import PROMPT_TEMPLATE, Trace2Skill, render_trace
 
 __all__ = [
     "PROMPT_TEMPLATE",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import esopt
@@ -93,7 +93,7 @@ def direct_dependencies(path: Path, name: str | None = None) -> tuple[set[str], 
     return found, files
 
 
-@lru_cache(maxsize=None)
+@cache
 def _module_dependencies(name: str) -> tuple[frozenset[str], frozenset[Path]]:
     """direct_dependencies of one module, parsed once per process (every command's closure
     shares most modules; parsing them again for each took most of a Snakefile's parse)."""
@@ -101,7 +101,7 @@ def _module_dependencies(name: str) -> tuple[frozenset[str], frozenset[Path]]:
     return frozenset(mods), frozenset(files)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _closure(name: str) -> frozenset[Path]:
     seen: set[str] = set()
     files: set[Path] = set()

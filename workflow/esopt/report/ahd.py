@@ -16,6 +16,7 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import pandas as pd
 
@@ -31,7 +32,7 @@ def load_ahd_runs(paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
     for p in paths:
         p = os.fspath(p)
         f = os.path.join(p, "result.json") if os.path.isdir(p) else p
-        d = json.loads(open(f).read())
+        d = json.loads(Path(f).read_text())
         obj = d.get("test_objective")
         rows.append({"task": d["task"], "search": d["search"], "budget": int(d["budget"]), "es": bool(d["es"]),
                      "rep": int(d["seed"]), "test_objective": math.inf if obj is None else float(obj),

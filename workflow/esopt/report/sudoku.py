@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 
@@ -76,7 +76,7 @@ def plot_horizon(df: pd.DataFrame, path: str | os.PathLike, title: str = "") -> 
                 color="0.35", label="base (±1 SE, episodes)")
     es = df[df.method != "base"]
     agg = es.groupby(["train_horizon", "eval_horizon"]).success.agg(["mean", "std", "count"]).reset_index()
-    for th, grp in agg.groupby("train_horizon"):
+    for _, grp in agg.groupby("train_horizon"):
         ax.plot(grp.eval_horizon, 100 * grp["mean"], ls=":", color="tab:blue", alpha=0.45, lw=1)
     diag = agg[agg.train_horizon == agg.eval_horizon].sort_values("eval_horizon")
     if len(diag):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import pandas as pd
 
@@ -28,7 +29,7 @@ def load_tool_evals(paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
     Mean@k in points, k and the spread of the k samples."""
     rows = []
     for p in paths:
-        d = json.loads(open(p).read())
+        d = json.loads(Path(p).read_text())
         meta = d.get("meta", {})
         rows.append({"method": meta["method"], "set": f"{meta['benchmark']}_{meta['dataset']}",
                      "seed": meta.get("seed"), "mean_at_k": 100 * d["mean_at_k"], "k": d["k"],

@@ -145,7 +145,7 @@ def plot_wallclock(table: pd.DataFrame, path: str | os.PathLike, reference: Mapp
     if has_ratio:
         bx = axes[2]
         groups = [f"H* = {h}" for h in horizons] + [("paper" if k is None else f"paper\nH* = {k}") for k in paper_keys]
-        for j, ((method, g), label, color) in enumerate(series):
+        for j, ((method, g), _label, color) in enumerate(series):
             off = (j - (len(series) - 1) / 2) * w
             rows = _rows(table, method, g)
             bx.bar([horizons.index(int(h)) + off for h in rows.horizon], rows.wall_ratio_to_esopt, width=w,

@@ -37,8 +37,18 @@ from esopt.io import atomic_path
 from esopt.rl.advantages import gae, group_advantages, masked_whiten
 from esopt.rl.critic import ValueModel
 from esopt.rl.losses import clipped_policy_loss, clipped_value_loss, kl_k3, masked_mean
-from esopt.rl.sharding import (TokenScorer, all_reduce_sum, enable_checkpointing, full_params, gathered_map,
-                               load_state_dicts, lockstep_rows, reshard, shard, state_dicts)
+from esopt.rl.sharding import (
+    TokenScorer,
+    all_reduce_sum,
+    enable_checkpointing,
+    full_params,
+    gathered_map,
+    load_state_dicts,
+    lockstep_rows,
+    reshard,
+    shard,
+    state_dicts,
+)
 from esopt.seeding import derive_seed
 
 log = logging.getLogger(__name__)
@@ -87,7 +97,7 @@ class RLConfig:
         return self.tasks_per_step * self.group_size
 
     @classmethod
-    def from_settings(cls, rl: dict[str, Any], algo: str, sampling: dict[str, Any], seed: int) -> "RLConfig":
+    def from_settings(cls, rl: dict[str, Any], algo: str, sampling: dict[str, Any], seed: int) -> RLConfig:
         """From an rl block's settings (esopt.spec.sudoku.RlRun.settings(), or a tool agent's
         GRPO settings) and a sampling profile ({temperature, ...}); rl[algo] holds the
         algorithm's own keys (PPO's critic, GAE and value keys stand at their neutral values
@@ -116,7 +126,7 @@ def method_name(algo: str, sampling: str) -> str:
     return algo if sampling == "default" else f"{algo}_{sampling}"
 
 
-def rl_flops(params: int, critic_params: int, totals: dict, cfg: "RLConfig") -> float:
+def rl_flops(params: int, critic_params: int, totals: dict, cfg: RLConfig) -> float:
     """Model FLOPs from tokens processed, 2N per token forward and 4N backward
     (attention's sequence-length term left out): rollouts forward; training forward +
     backward; the reference model forward; PPO's critic forward for the old values
@@ -174,7 +184,7 @@ def episode_gae(batch: dict[str, torch.Tensor], values: torch.Tensor, gamma: flo
     for i, e in enumerate(ep):
         by_ep.setdefault(e, []).append(i)
     for rows in by_ep.values():
-        cat = lambda key: torch.cat([key[i, : lengths[i]] for i in rows])
+        cat = lambda key, rows=rows: torch.cat([key[i, : lengths[i]] for i in rows])
         a, r = gae(cat(batch["rewards"]), cat(values), cat(batch["loss_mask"]), gamma, lam)
         off = 0
         for i in rows:

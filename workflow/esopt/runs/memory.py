@@ -92,7 +92,7 @@ class PeakMemory:
     cuda_max_allocated: int | None = None
     cuda_max_reserved: int | None = None
 
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         gc.collect()
         if self.device.startswith("cuda"):
             dev = torch.device(self.device)

@@ -9,8 +9,9 @@ import json
 import logging
 import os
 import re
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 from esopt.envs.docvqa.render import _png_bytes
 from esopt.envs.docvqa.tasks import DocTask

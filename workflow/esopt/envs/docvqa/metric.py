@@ -3,7 +3,8 @@ credit for near misses, 0 past a normalized edit distance of `ANLS_THRESHOLD`.""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 ANLS_THRESHOLD = 0.5
 

@@ -12,9 +12,9 @@ import json
 import logging
 import os
 import random
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
 
 from esopt.envs.docvqa.generate import _MAKERS, DOC_TYPES, HEIGHT, WIDTH, _doc_key, split_of
 from esopt.envs.docvqa.tasks import DocTask

@@ -39,8 +39,8 @@ Modules:
 
 from esopt.envs.hub_data import HubUnavailableError
 from esopt.envs.math.answers import CHECKER, HAVE_MATH_VERIFY, fallback_equivalent, is_equivalent, normalize
-from esopt.envs.math.env import NO_ANSWER_FEEDBACK, MathEnv, instructions
 from esopt.envs.math.benchmark import BENCHMARK
+from esopt.envs.math.env import NO_ANSWER_FEEDBACK, MathEnv, instructions
 from esopt.envs.math.generate import LEVELS, generate_problems, reference_code, split_of
 from esopt.envs.math.load import AIME_HUB_ID, DAPO_HUB_ID, DEFAULT_AIME_YEAR, load_aime, load_dapo
 from esopt.envs.math.tasks import MathTask

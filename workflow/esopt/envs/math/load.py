@@ -130,7 +130,7 @@ def _build_tasks(rows: Iterable[dict], source: str, where: str, question_key, an
     questions: set[str] = set()
     no_answer: list[str] = []
     no_question = 0
-    for i, row in enumerate(rows):
+    for row in rows:
         if limit is not None and len(tasks) >= limit:
             break
         if not keep(row):

@@ -35,8 +35,8 @@ Modules:
   deps        dependency checks with install hints
 """
 
-from esopt.envs.web.benchmark import BENCHMARK
 from esopt.envs.web.actions import Action, ActionError, parse_action
+from esopt.envs.web.benchmark import BENCHMARK
 from esopt.envs.web.deps import WebDependencyError
 from esopt.envs.web.env import WebEnv, WebRuntime
 from esopt.envs.web.evaluators import CallableJudge, JudgeError, OpenAIJudge, evaluate, make_judge

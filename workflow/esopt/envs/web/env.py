@@ -149,7 +149,7 @@ class WebRuntime:
 
     def sweep(self) -> None:
         """Close the contexts of environments that were dropped without close()."""
-        for ref, slot, gen, ctx in [c for c in self._contexts if c[0]() is None]:
+        for _ref, slot, gen, ctx in [c for c in self._contexts if c[0]() is None]:
             self.release(slot, gen, ctx)
 
     def close(self) -> None:

@@ -261,7 +261,7 @@ def t_open_count(seed: int) -> list[Instance]:
     d = code_data(seed)
     out = []
     for r in d.repos:
-        for kind, rows, label in (("issues", d.issues, "Open issues"), ("merge requests", d.merge_requests, "Open merge requests")):
+        for kind, rows in (("issues", d.issues), ("merge requests", d.merge_requests)):
             n = str(sum(x.repo_id == r.id and x.state == "opened" for x in rows))
             out.append(Instance(f"How many open {kind} does the project {r.path} have?", {"kind": kind, "project": r.path},
                                 _info(exact_match=n), [click("link", r.path), stop(n)], ["gitlab"], CODE, False))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from esopt.agent.rollout import Trajectory, Turn, build_messages

@@ -89,8 +89,8 @@ def money(cents: int) -> str:
 
 
 def _names(rng: random.Random, n: int) -> list[str]:
-    pairs = [(f, l) for f in FIRST_NAMES for l in LAST_NAMES if (f, l) != ("Emma", "Lopez")]
-    return [f"{f} {l}" for f, l in rng.sample(pairs, n)]
+    pairs = [(first, last) for first in FIRST_NAMES for last in LAST_NAMES if (first, last) != ("Emma", "Lopez")]
+    return [f"{first} {last}" for first, last in rng.sample(pairs, n)]
 
 
 def shop_data(seed: int) -> ShopData:

@@ -128,7 +128,7 @@ class LocalSites:
         self._templates = {s: build_template(s, seed, self.root / "templates" / f"{s}.sqlite") for s in self.sites}
         (self.root / "episodes").mkdir()
         self._log_path = self.root / "server.log"
-        log_file = open(self._log_path, "wb")
+        log_file = open(self._log_path, "wb")  # noqa: SIM115 (closed by the finalizer, with the server)
         pkg_root = str(Path(__file__).resolve().parents[4])  # the folder holding esopt/
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [pkg_root, os.environ.get("PYTHONPATH")]))}
         self.proc = subprocess.Popen(
