@@ -415,18 +415,6 @@ def evaluate_agent(episodes: Episodes, evaluation: AgentEvaluation, engine: dict
     return AgentEvaluationRun(summary, every, extra)
 
 
-def by_site(tasks: Sequence[Any], trajs: Sequence[Trajectory]) -> dict[str, dict[str, float]]:
-    """Web: {site: {episodes, success}} over the episodes of tasks on that site (a task on
-    several sites counts for each; "all" = every episode)."""
-    sites = {t.id: (t.sites or ["(none)"]) for t in tasks}
-    groups: dict[str, list[bool]] = {}
-    for tr in trajs:
-        ok = bool(tr.info.get("success"))
-        for s in [*sites.get(tr.task_id, ["(none)"]), "all"]:
-            groups.setdefault(s, []).append(ok)
-    return {s: {"episodes": len(v), "success": statistics.fmean(v)} for s, v in sorted(groups.items())}
-
-
 def summarize_tool(trajs: Sequence[Trajectory]) -> dict[str, Any]:
     """Mean score (reward: success or ANLS) with its standard error, and how episodes went."""
     n = len(trajs)
