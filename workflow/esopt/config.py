@@ -385,10 +385,11 @@ def without(d: Any, keys: tuple[str, ...]) -> Any:
 
 
 def engine_settings(c: dict[str, Any], benchmark: str) -> dict[str, Any]:
-    """{name: hf} or {name: vllm, **engine.vllm}: the engine of a benchmark's ES and evaluation rollouts."""
+    """{name: hf}, {name: population, **engine.population} or {name: vllm, **engine.vllm}: the
+    engine of a benchmark's ES and evaluation rollouts."""
     e = section(c, "engine")
     name = e.get(benchmark, "hf")
-    return {"name": name, **(e.get("vllm") or {})} if name == "vllm" else {"name": name}
+    return {"name": name, **(e.get(name) or {})} if name in ("vllm", "population") else {"name": name}
 
 
 def rl_settings(c: dict[str, Any]) -> dict[str, Any]:

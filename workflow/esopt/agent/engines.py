@@ -1,5 +1,7 @@
 """Opening the rollout engine a config names: Hugging Face generate on the model in
-memory, or vLLM (the optional extra) over the saved model directory. Kept apart from
+memory, the population engine (every ES member's episodes in one batched forward, for
+small models; esopt.agent.population), or vLLM (the optional extra) over the saved model
+directory. Kept apart from
 esopt.agent.engine, the interface both implement, so that neither imports the other."""
 
 from __future__ import annotations
@@ -17,16 +19,24 @@ def hf_model_device(settings: dict[str, Any]) -> str | None:
     return "cpu" if settings["name"] == "vllm" else None
 
 
-def open_engine(settings: dict[str, Any], model: torch.nn.Module, tokenizer, model_dir, seed: int = 0):
+def open_engine(settings: dict[str, Any], model: torch.nn.Module, tokenizer, model_dir, seed: int = 0,
+                slots: int = 1):
     """The rollout policy for engine settings (esopt.config.engine_settings): the HF model
-    itself, or a VLLMEngine over model_dir. Returns (policy, record) where record names the
+    itself, a PopulationEngine over the model with `slots` member slots (an ES run's members
+    per rank), or a VLLMEngine over model_dir. Returns (policy, record) where record names the
     engine and its version for the provenance."""
-    if settings["name"] == "hf":
+    if settings["name"] in ("hf", "population"):
         import transformers
 
-        return model, {"name": "hf", "version": transformers.__version__}
+        record = {"name": "hf", "version": transformers.__version__}
+        if settings["name"] == "hf":
+            return model, record
+        from esopt.agent.population import PopulationEngine
+
+        return (PopulationEngine(model, tokenizer, slots=slots, context=settings["context"]),
+                {**record, "name": "population", "context": settings["context"]})
     if settings["name"] != "vllm":
-        raise ValueError(f"unknown engine {settings['name']!r} (expected hf or vllm)")
+        raise ValueError(f"unknown engine {settings['name']!r} (expected hf, population or vllm)")
     from esopt.agent.vllm_engine import VLLMEngine  # the optional extra: imported only when named
 
     opts = {k: v for k, v in settings.items() if k != "name"}

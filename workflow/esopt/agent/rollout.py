@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
-from esopt.agent.engine import Completion, Engine, Sampling, as_engine
+from esopt.agent.engine import Completion, Engine, Sampling, as_engine, count
 from esopt.io import atomic_path
 
 
@@ -129,6 +129,7 @@ def rollout(
     counters: dict[str, int] | None = None,
     thinking: bool = False,
     max_episode_tokens: int | None = None,
+    members: Sequence[int] | None = None,
 ) -> list[Trajectory]:
     """Run one episode per task with the policy as it is now; returns trajectories in task order.
 
@@ -144,6 +145,11 @@ def rollout(
     next generation prompt), the authors' count. An episode the env has not ended when it
     reaches the cap ends there, with the reward it has (unanswered: none) and
     info["ended"] = "max_episode_tokens"; a reply that reaches it and answers is scored.
+    `members` (a population engine, esopt.agent.population): the member slot that plays each
+    task. The episodes of all members then advance together, one engine call per turn; an
+    episode's sampling key is its index among its member's tasks (so every member draws the
+    same noise for the same task, as when it plays alone), and `counters` holds one dict of
+    counts per member, each as if the member's rows were its own engine call.
     """
     if thinking:
         require_thinking_mode(tokenizer)
@@ -153,16 +159,22 @@ def rollout(
     # Greedy decoding is a function of the prompt: a prompt seen before (a stalled
     # episode repeating a rejected move, or two episodes in the same state) gets
     # its earlier reply without another forward pass.
-    replies: dict[str, Completion] | None = None if sampling.do_sample else {}
+    replies: dict[tuple[int, str], Completion] | None = None if sampling.do_sample else {}
+    member = list(members) if members is not None else [0] * len(tasks)
+    key, so_far = [], {}  # an episode's index among its member's tasks
+    for m in member:
+        key.append(so_far.get(m, 0))
+        so_far[m] = key[-1] + 1
     spent = [0] * len(trajs)  # tokens counted against max_episode_tokens
     for turn in range(max_turns):
         active = [i for i, tr in enumerate(trajs) if not tr.done]
         if not active:
             break
-        prompts = {i: render_prompt(tokenizer, build_messages(trajs[i], history_turns), thinking) for i in active}
+        prompts = {i: (member[i], render_prompt(tokenizer, build_messages(trajs[i], history_turns), thinking))
+                   for i in active}
         if replies is None:
             todo = active
-        else:  # one generation per distinct new prompt
+        else:  # one generation per distinct new prompt (of each member)
             first = {}
             for i in active:
                 if prompts[i] not in replies:
@@ -170,8 +182,17 @@ def rollout(
             todo = list(first.values())
         outs: dict[int, Completion] = {}  # sampled replies of this turn (greedy ones live in `replies`)
         if todo:
-            ids = tokenizer([prompts[i] for i in todo], add_special_tokens=False)["input_ids"]
-            done = engine.generate(ids, sampling, ("sampling", seed, turn), keys=todo, counters=counters)
+            ids = tokenizer([prompts[i][1] for i in todo], add_special_tokens=False)["input_ids"]
+            if members is None:
+                done = engine.generate(ids, sampling, ("sampling", seed, turn), keys=todo, counters=counters)
+            else:
+                done = engine.generate(ids, sampling, ("sampling", seed, turn), keys=[key[i] for i in todo],
+                                       members=[member[i] for i in todo])
+                if counters is not None:
+                    for m in sorted({member[i] for i in todo}):
+                        rows = [k for k, i in enumerate(todo) if member[i] == m]
+                        count(counters.setdefault(m, {}), 1, sum(len(ids[k]) for k in rows),
+                              sum(len(done[k].token_ids) for k in rows))
             for i, c in zip(todo, done):
                 if replies is None:
                     outs[i] = c

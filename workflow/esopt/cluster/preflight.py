@@ -200,7 +200,8 @@ def check_data(config: dict[str, Any]) -> list[Problem]:
 
 def check_extras(config: dict[str, Any]) -> list[Problem]:
     problems = []
-    engines = {b: engine_settings(config, b)["name"] for b in (config.get("engine") or {}) if b != "vllm"}
+    engines = {b: engine_settings(config, b)["name"] for b in (config.get("engine") or {})
+               if b not in ("vllm", "population")}
     if "vllm" in engines.values() and importlib.util.find_spec("vllm") is None:
         uses = ", ".join(f"engine.{b}" for b, e in engines.items() if e == "vllm")
         problems.append(Problem(f"engine vllm ({uses}) but vLLM is not importable here",

@@ -41,7 +41,9 @@ class ESRun:
 
     @property
     def in_engine(self) -> bool:
-        return self.policy is not None and self.policy is not self.model
+        """Whether the engine holds the weights ES moves (vLLM); a population engine only
+        copies each member's weights from the model, which ES perturbs in place."""
+        return self.policy is not None and self.policy is not self.model and hasattr(self.policy, "perturber")
 
     @property
     def perturber(self) -> Any:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from tqdm.auto import tqdm
@@ -55,6 +55,16 @@ class Member:
 Fitness = Callable[[Member], tuple[float, dict[str, Any]]]
 
 
+class BatchedFitness(Protocol):
+    """The fitness of all of a rank's members in one call (esopt.agent.population): the
+    trainer perturbs the model for each member in turn and has it `capture(slot)` the
+    weights; then `evaluate(members)` scores members[k] on the weights captured at slot k."""
+
+    def capture(self, slot: int) -> None: ...
+
+    def evaluate(self, members: list[Member]) -> list[tuple[float, dict[str, Any]]]: ...
+
+
 @dataclass
 class ESTrainer:
     model: torch.nn.Module | None  # None when `perturber` runs elsewhere (an inference engine's workers)
@@ -71,6 +81,9 @@ class ESTrainer:
     revert: str = "exact"  # es.revert for the default Perturber (esopt.es.perturb.resolve_revert)
     # seconds one member may take (esopt.es.deadline); None: the collective's member_deadline_s
     member_deadline_s: float | None = None
+    # all members in one call instead of `fitness` one by one (a population engine); the
+    # perturbations, rewards and update are the same either way
+    batched: BatchedFitness | None = None
 
     def __post_init__(self) -> None:
         if self.perturber is None:
@@ -119,7 +132,9 @@ class ESTrainer:
         members = list(c.members(self.cfg.population))
         done: dict[int, float] = {}  # member -> wall s, reported to the other ranks
         c.progress(generation=t, members=members, done=done, running=None)
-        for i in members:
+        if self.batched is not None:
+            mine = self._batched(t, members, seeds, signs, sigma, tseed, perturbation, deadline)
+        for i in (members if self.batched is None else ()):
             t0 = time.perf_counter()
             c.progress(running=i, running_since=time.time())
             with member_deadline(deadline, i, t, c.rank, c.world_size):
@@ -147,6 +162,26 @@ class ESTrainer:
         rec.fidelity = {"update": update.summary(), "perturbation": perturbation.summary()}
         rec.wall_s = time.perf_counter() - start
         return rec
+
+    def _batched(self, t: int, members: list[int], seeds: list[int], signs: list[int], sigma: float, tseed: int,
+                 perturbation: Fidelity, deadline: float | None) -> dict[int, tuple[float, dict[str, Any]]]:
+        """Every member's weights captured one after another, then all members evaluated at once."""
+        c = self.collective
+        for k, i in enumerate(members):
+            self.perturber.apply(seeds[i], sigma * signs[i], fidelity=perturbation if i == 0 else None)
+            try:
+                self.batched.capture(k)
+            finally:
+                self.perturber.revert()
+        t0 = time.perf_counter()
+        c.progress(running=members[0], running_since=time.time())
+        # the deadline is per member; the batch has them all
+        with member_deadline(None if deadline is None else deadline * len(members), members[0], t, c.rank,
+                             c.world_size):
+            results = self.batched.evaluate([Member(t, i, seeds[i], signs[i], sigma, tseed) for i in members])
+        wall = round((time.perf_counter() - t0) / max(len(members), 1), 3)
+        c.progress(done=dict.fromkeys(members, wall), running=None)
+        return {i: (float(r), info) for i, (r, info) in zip(members, results)}
 
     def run(self) -> History:
         done = self.resume()

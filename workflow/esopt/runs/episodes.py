@@ -51,10 +51,11 @@ class EpisodeSpec:
 
 def run_episodes(model, tokenizer, spec: EpisodeSpec, n: int, seed: int, split: str,
                  counters: dict[str, int] | None = None, tasks: list[SudokuTask] | None = None,
-                 sampling_seed: int | None = None) -> list[Trajectory]:
+                 sampling_seed: int | None = None, members: list[int] | None = None) -> list[Trajectory]:
     """n puzzles of the split drawn from `seed` (or the given `tasks`), one episode each;
     `seed` also fixes sampling unless `sampling_seed` is given. `counters` accumulates the
-    tokens run through the model (see agent.rollout.rollout)."""
+    tokens run through the model; `members`: the population engine's member slot of each
+    task (see agent.rollout.rollout)."""
     if tasks is None:
         tasks = generate_puzzles(spec.size, spec.horizon, n, seed=seed, split=split)
     protocol = protocol_of(spec.prompt)
@@ -63,6 +64,7 @@ def run_episodes(model, tokenizer, spec: EpisodeSpec, n: int, seed: int, split: 
         system=instructions(spec.size, spec.prompt), sampling=spec.sampling,
         seed=seed if sampling_seed is None else sampling_seed, max_turns=spec.max_turns,
         history_turns=spec.history_turns, batch_size=spec.batch_size, counters=counters, thinking=spec.thinking,
+        members=members,
     )
 
 

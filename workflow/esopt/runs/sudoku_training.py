@@ -64,16 +64,14 @@ def train_es(es: EsRun, episodes: SudokuEpisodes, evaluation: SudokuEvaluation, 
     # with vLLM: the host copy the result is saved from, off the GPU the engine needs
     model, tok = load_model_and_tokenizer(model_dir, device=hf_model_device(engine))
     es_cfg = ESConfig.from_settings(es.settings(), population, seed)
-    policy, engine_record = open_engine(engine, model, tok, model_dir, seed=seed)
+    policy, engine_record = open_engine(engine, model, tok, model_dir, seed=seed,
+                                        slots=len(collective.members(population)))
     weights = ESRun(model, es_cfg.update_rounding, es.revert, policy=policy)
     spec = EpisodeSpec.from_specs(episodes, horizon, es.member_decoding)
     n_tasks = es.tasks_per_member
     keep = kept_steps(es_cfg.generations)
 
-    def fitness(member):
-        counters: dict[str, int] = {}
-        trajs = run_episodes(policy, tok, spec, n_tasks, seed=member.task_seed, split="train", counters=counters,
-                             tasks=train_tasks(episodes, horizon, n_tasks, member.task_seed))
+    def score(member, trajs, counters):
         if member.index == 0 and member.generation in keep:
             write_trajectories(traj_dir / f"gen{member.generation:04d}.jsonl", trajs,
                                generation=member.generation, member=0, sigma=member.sigma)
@@ -81,6 +79,24 @@ def train_es(es: EsRun, episodes: SudokuEpisodes, evaluation: SudokuEvaluation, 
         return s["mean_reward"], {"success": s["success"], "mean_turns": s["mean_turns"],
                                   "generated_tokens": counters.get("generated_tokens", 0),
                                   "rollout_tokens": counters.get("prompt_tokens", 0) + counters.get("generated_tokens", 0)}
+
+    def fitness(member):
+        counters: dict[str, int] = {}
+        trajs = run_episodes(policy, tok, spec, n_tasks, seed=member.task_seed, split="train", counters=counters,
+                             tasks=train_tasks(episodes, horizon, n_tasks, member.task_seed))
+        return score(member, trajs, counters)
+
+    class Batched:  # the population engine: every member's episodes in one rollout
+        capture = getattr(policy, "capture", None)
+
+        @staticmethod
+        def evaluate(members):
+            seed_ = members[0].task_seed
+            tasks = train_tasks(episodes, horizon, n_tasks, seed_)
+            counters: dict[int, dict[str, int]] = {}
+            trajs = run_episodes(policy, tok, spec, n_tasks, seed=seed_, split="train", counters=counters,
+                                 tasks=tasks * len(members), members=[k for k in range(len(members)) for _ in tasks])
+            return [score(m, trajs[k * n_tasks:(k + 1) * n_tasks], counters.get(k, {})) for k, m in enumerate(members)]
 
     def on_generation(rec):
         m = rec.metrics()
@@ -96,6 +112,7 @@ def train_es(es: EsRun, episodes: SudokuEpisodes, evaluation: SudokuEvaluation, 
                   "base_weights_sha256": weights.base_weights_sha256, "episode": spec.record(),
                   "tasks_per_member": n_tasks} | pool,
         on_generation=on_generation, collective=collective, **({"evaluate": evaluate} if evaluate else {}),
+        batched=Batched() if engine["name"] == "population" else None,
     )
     try:
         history = trainer.run()
