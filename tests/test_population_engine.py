@@ -190,3 +190,66 @@ def test_es_generations_are_the_same_batched_and_member_by_member(smoke_model, d
     together, alone = run(batched=True), run(batched=False)
     assert together == alone
     assert any(len(set(r)) > 1 for r, _ in together[0])  # the members did differ
+
+
+# ---- the low-rank variant (EGGROLL): esopt.es.lowrank and the engine's factored forward
+
+
+def test_lowrank_perturbation_is_low_rank_reverts_and_replays(model):
+    from esopt.es.history import History
+    from esopt.es.lowrank import LowRankPerturber, make_perturber
+
+    m, _ = model
+    m = m.float()
+    before = {n: p.detach().clone() for n, p in m.named_parameters()}
+    for revert in ("exact", "snapshot"):
+        pert = LowRankPerturber(m, rank=2, revert=revert)
+        pert.apply(5, 0.1)
+        for n, p in m.named_parameters():
+            delta = (p.detach() - before[n]).double()
+            if p.dim() == 2:
+                assert torch.linalg.matrix_rank(delta, rtol=1e-4) == 2, n
+            else:
+                assert (delta != 0).float().mean() > 0.9, n  # vectors: full-rank noise
+        pert.revert()
+        assert all(torch.equal(p, before[n]) for n, p in m.named_parameters())
+    # the update of G rank-2 members has rank up to 2G, and a history replays it
+    pert = make_perturber(m, "lowrank", 2)
+    pert.update([1, 2, 3], [0.01, -0.02, 0.03])
+    w = m.model.layers[0].mlp.up_proj.weight
+    assert torch.linalg.matrix_rank((w.detach() - before["model.layers.0.mlp.up_proj.weight"]).double(), rtol=1e-4) == 6
+    after = {n: p.detach().clone() for n, p in m.named_parameters()}
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            p.copy_(before[n])
+    h = History(run={"es": {"perturbation": "lowrank", "rank": 2, "update_rounding": "nearest"}})
+    h.perturber(m).update([1, 2, 3], [0.01, -0.02, 0.03])
+    assert all(torch.equal(p, after[n]) for n, p in m.named_parameters())
+
+
+def test_lowrank_factored_forward_is_the_materialized_member(model):
+    """EGGROLL's forward x Wᵀ + (x b) aᵀ gives the replies and (up to rounding) the logits of
+    the member's weights W + σ·s·A Bᵀ/√r written into the model."""
+    from esopt.es.lowrank import LowRankPerturber
+
+    m, tok = model
+    m = m.float()
+    prompts = sudoku_prompts(tok, 6)
+    factored = PopulationEngine(m, tok, slots=3, rank=2)
+    materialized = PopulationEngine(m, tok, slots=3)
+    pert = LowRankPerturber(m, rank=2, revert="snapshot")
+    for k, (seed, scale) in enumerate([(11, 0.05), (11, -0.05), (12, 0.05)]):
+        factored.capture_lowrank(k, seed, scale)
+        pert.apply(seed, scale)
+        materialized.capture(k)
+        pert.revert()
+    rows = [(k, r) for k in range(3) for r in range(len(prompts))]
+    s = Sampling(do_sample=False, max_new_tokens=8)
+    args = ([prompts[r] for _, r in rows], s, ("t",))
+    a = factored.generate(*args, members=[k for k, _ in rows], logprobs=True)
+    b = materialized.generate(*args, members=[k for k, _ in rows], logprobs=True)
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+    torch.testing.assert_close(torch.tensor([x for c in a for x in c.logprobs]),
+                               torch.tensor([x for c in b for x in c.logprobs]), rtol=0, atol=1e-4)
+    with pytest.raises(RuntimeError, match="captures members' factors"):
+        factored.capture(0)

@@ -20,10 +20,10 @@ def hf_model_device(settings: dict[str, Any]) -> str | None:
 
 
 def open_engine(settings: dict[str, Any], model: torch.nn.Module, tokenizer, model_dir, seed: int = 0,
-                slots: int = 1):
+                slots: int = 1, rank: int | None = None):
     """The rollout policy for engine settings (esopt.config.engine_settings): the HF model
     itself, a PopulationEngine over the model with `slots` member slots (an ES run's members
-    per rank), or a VLLMEngine over model_dir. Returns (policy, record) where record names the
+    per rank; `rank`: the low-rank ES variant's), or a VLLMEngine over model_dir. Returns (policy, record) where record names the
     engine and its version for the provenance."""
     if settings["name"] in ("hf", "population"):
         import transformers
@@ -33,7 +33,7 @@ def open_engine(settings: dict[str, Any], model: torch.nn.Module, tokenizer, mod
             return model, record
         from esopt.agent.population import PopulationEngine
 
-        return (PopulationEngine(model, tokenizer, slots=slots, context=settings["context"]),
+        return (PopulationEngine(model, tokenizer, slots=slots, context=settings["context"], rank=rank),
                 {**record, "name": "population", "context": settings["context"]})
     if settings["name"] != "vllm":
         raise ValueError(f"unknown engine {settings['name']!r} (expected hf, population or vllm)")

@@ -28,12 +28,16 @@ playing the same episodes draw the same noise (common random numbers).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 from esopt.agent.engine import Completion, Sampling, SeedKey, count, stop_token_ids
+from esopt.es.lowrank import lowrank_factors
+from esopt.es.noise import noise_chunks
 from esopt.seeding import derive_seed
 
 SUPPORTED = ("qwen3_5_text",)
@@ -81,17 +85,31 @@ def filter_logits(scores: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
     return scores
 
 
+class LowRank(NamedTuple):
+    """A matrix as the low-rank variant's members see it: base [m, n] shared by all, and
+    member p's perturbation a[p] b[p]ᵀ (a [P, m, r] carries σ·sign/√r; b [P, n, r])."""
+
+    base: torch.Tensor
+    a: torch.Tensor
+    b: torch.Tensor
+
+
 class PopulationEngine:
     """An Engine over stacked member weights (see the module docstring).
 
     slots: how many members' weights it holds; context: the KV cache's length, the most
     tokens (prompt + reply) one request may reach, fixed so that replies do not depend on
     the batch. The model keeps the base weights; `capture(slot)` copies them as they are now.
+
+    With `rank` (the low-rank ES variant, esopt.es.lowrank) members are never copied:
+    `capture_lowrank(slot, seed, scale)` stores member slot's factors of every matrix (and
+    its perturbed norm vectors), and each linear layer computes x Wᵀ + (x b) aᵀ, EGGROLL's
+    forward. That equals the materialized member up to rounding, not bit for bit.
     """
 
     name = "population"
 
-    def __init__(self, model: torch.nn.Module, tokenizer, slots: int, context: int = 256):
+    def __init__(self, model: torch.nn.Module, tokenizer, slots: int, context: int = 256, rank: int | None = None):
         cfg = model.config
         if cfg.model_type not in SUPPORTED:
             raise ValueError(f"the population engine runs {SUPPORTED} models, not {cfg.model_type!r}")
@@ -104,8 +122,14 @@ class PopulationEngine:
         self.stop_ids = stop_token_ids(tokenizer, getattr(getattr(model, "generation_config", None), "eos_token_id", None))
         self.params = dict(model.named_parameters())  # tied weights appear once
         self.tied = model.lm_head.weight is model.model.embed_tokens.weight
-        self.stack = {n: torch.empty((slots, *p.shape), dtype=p.dtype) for n, p in self.params.items()}
+        self.rank = rank
+        self.stack = {n: torch.empty((slots, *p.shape), dtype=p.dtype) for n, p in self.params.items()
+                      if rank is None or p.dim() != 2}
+        self.factors = {n: (torch.empty((slots, p.shape[0], rank), dtype=p.dtype),
+                            torch.empty((slots, p.shape[1], rank), dtype=p.dtype))
+                        for n, p in self.params.items() if rank is not None and p.dim() == 2}
         self.captured: set[int] = set()
+        self.peak_cache_bytes = 0  # the largest KV cache of a call so far
         self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.eps, self.layers = cfg.rms_norm_eps, cfg.num_hidden_layers
         rope = model.model.rotary_emb
@@ -116,20 +140,40 @@ class PopulationEngine:
     @torch.no_grad()
     def capture(self, slot: int) -> None:
         """Member `slot`'s weights are the model's as they are now (the perturber's θ + σεs)."""
+        if self.rank is not None:
+            raise RuntimeError("a low-rank engine captures members' factors (capture_lowrank), not their weights")
         for n, p in self.params.items():
             self.stack[n][slot].copy_(p)
         self.captured.add(slot)
 
-    def _weights(self, slots: list[int] | None) -> dict[str, torch.Tensor]:
+    @torch.no_grad()
+    def capture_lowrank(self, slot: int, seed: int, scale: float) -> None:
+        """Member `slot` is the model's weights plus scale·E(seed), E the low-rank variant's
+        noise (esopt.es.lowrank.LowRankPerturber draws the same): factors of the matrices,
+        the vectors perturbed as the perturber writes them (fp32 sum, rounded once)."""
+        for n, p in self.params.items():
+            if p.dim() == 2:
+                a, b = lowrank_factors(seed, n, tuple(p.shape), self.rank)
+                self.factors[n][0][slot].copy_(a.mul_(scale / math.sqrt(self.rank)))
+                self.factors[n][1][slot].copy_(b)
+            else:
+                eps = torch.cat([e for _, _, e in noise_chunks(seed, n, p.numel(), p.device)]).view(p.shape)
+                self.stack[n][slot].copy_(eps.mul_(scale).add_(p.float()))
+        self.captured.add(slot)
+
+    def _weights(self, slots: list[int] | None) -> dict[str, torch.Tensor | LowRank]:
         if slots is None:  # the model's own weights, as a stack of one (views, no copy)
             return {n: p.detach().unsqueeze(0) for n, p in self.params.items()}
         missing = set(slots) - self.captured
         if missing:
             raise RuntimeError(f"member slots {sorted(missing)} hold no captured weights")
-        if slots == list(range(self.slots)):
-            return self.stack
+        every = slots == list(range(self.slots))
         idx = torch.tensor(slots)
-        return {n: s.index_select(0, idx) for n, s in self.stack.items()}
+        w: dict[str, torch.Tensor | LowRank] = {n: s if every else s.index_select(0, idx) for n, s in self.stack.items()}
+        for n, (a, b) in self.factors.items():
+            w[n] = LowRank(self.params[n].detach(), a if every else a.index_select(0, idx),
+                           b if every else b.index_select(0, idx))
+        return w
 
     # ---- the decoder
 
@@ -141,11 +185,26 @@ class PopulationEngine:
         return (xf * (1.0 + w.float())).type_as(x)
 
     @staticmethod
-    def _linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """x [P, ..., d_in] by member p's w[p] [d_out, d_in]: one batched matmul."""
+    def _linear(x: torch.Tensor, w: torch.Tensor | LowRank) -> torch.Tensor:
+        """x [P, ..., d_in] by member p's w[p] [d_out, d_in]: one batched matmul (low rank:
+        the shared base for all rows, plus each member's (x b) aᵀ)."""
         shape = x.shape
-        y = torch.bmm(x.reshape(shape[0], -1, shape[-1]), w.transpose(1, 2))
+        flat = x.reshape(shape[0], -1, shape[-1])
+        if isinstance(w, LowRank):
+            y = torch.bmm(torch.bmm(flat, w.b), w.a.transpose(1, 2)).add_(F.linear(flat, w.base))
+            return y.view(*shape[:-1], w.base.shape[0])
+        y = torch.bmm(flat, w.transpose(1, 2))
         return y.view(*shape[:-1], w.shape[1])
+
+    @staticmethod
+    def _embed(w: torch.Tensor | LowRank, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ids [P, M, T] of member p's embedding."""
+        P = ids.shape[0]
+        if isinstance(w, LowRank):
+            rows = w.a[torch.arange(P)[:, None, None], ids]  # [P, M, T, r]
+            delta = torch.bmm(rows.reshape(P, -1, rows.shape[-1]), w.b.transpose(1, 2)).view(*ids.shape, -1)
+            return w.base[ids] + delta
+        return w[torch.arange(P)[:, None, None], ids]
 
     def _rotary(self, pos: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = pos[..., None].float() * self.inv_freq
@@ -167,8 +226,7 @@ class PopulationEngine:
         P, M, T = ids.shape
         H, KV, hd = self.heads, self.kv_heads, self.head_dim
         G = H // KV
-        emb = w["model.embed_tokens.weight"]
-        h = emb[torch.arange(P)[:, None, None], ids]
+        h = self._embed(w["model.embed_tokens.weight"], ids)
         cos, sin = self._rotary(pos, h.dtype)
         cos, sin = cos[:, :, None], sin[:, :, None]  # [P, M, 1, T, rot]: broadcast over heads
         keys = torch.arange(self.context)
@@ -204,6 +262,10 @@ class PopulationEngine:
 
     # ---- the Engine interface
 
+    def close(self) -> None:
+        """Nothing to release (the weights live in this process); for the engines' common interface."""
+        self.stack, self.captured = {}, set()
+
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], sampling: Sampling, seed: SeedKey, *,
                  keys: Sequence[int] | None = None, members: Sequence[int] | None = None, logprobs: bool = False,
@@ -222,7 +284,7 @@ class PopulationEngine:
             raise ValueError(f"a prompt of {longest} tokens plus max_new_tokens {sampling.max_new_tokens} exceeds "
                              f"the population engine's context of {self.context} tokens (engine.population.context)")
         w = self._weights(slots)
-        dtype = w["model.embed_tokens.weight"].dtype
+        dtype = self.params["model.embed_tokens.weight"].dtype
         pad = self.tokenizer.pad_token_id
         ids = torch.full((P, M, longest), pad, dtype=torch.long)
         lengths = torch.ones((P, M), dtype=torch.long)  # empty rows: one pad token, never read
@@ -234,6 +296,7 @@ class PopulationEngine:
                 row_seed[g, j] = derive_seed(*seed, "request", keys[r])
         cache = [tuple(torch.zeros((P, M, self.kv_heads, self.context, self.head_dim), dtype=dtype) for _ in range(2))
                  for _ in range(self.layers)]
+        self.peak_cache_bytes = max(self.peak_cache_bytes, sum(2 * kc.numel() * kc.element_size() for kc, _ in cache))
         pos = torch.arange(longest).expand(P, M, longest)
         h = self._forward(w, ids, pos, cache)
         last = (lengths - 1)[:, :, None, None].expand(P, M, 1, h.shape[-1])

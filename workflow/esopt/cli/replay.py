@@ -19,7 +19,7 @@ log = logging.getLogger("esopt.replay")
 
 
 def replay(base: str, history_path: str, out: str | None) -> dict:
-    from esopt.es import History, Perturber
+    from esopt.es import History
     from esopt.hashing import weights_sha256
     from esopt.models.load import load_model_and_tokenizer, save_model
 
@@ -30,7 +30,7 @@ def replay(base: str, history_path: str, out: str | None) -> dict:
     want_base = history.run.get("base_weights_sha256")
     if want_base and want_base != base_hash:
         raise ValueError(f"{base} is not the base model of {history_path} (weights hash {base_hash[:12]}, history expects {want_base[:12]})")
-    history.replay(Perturber(model, rounding=history.update_rounding))  # as the run wrote its updates
+    history.replay(history.perturber(model))  # as the run drew its noise and wrote its updates
     got = weights_sha256(model)
     want = (history.final or {}).get("weights_sha256")
     if out:

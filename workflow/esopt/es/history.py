@@ -91,6 +91,14 @@ class History:
         """How the run wrote its updates (esopt.es.rounding); runs that record none rounded to nearest."""
         return (self.run.get("es") or {}).get("update_rounding", "nearest")
 
+    def perturber(self, model) -> Any:
+        """A perturber of `model` that replays this run: its perturbation (full-rank, or the
+        low-rank variant with its rank) and its update rounding."""
+        from esopt.es.lowrank import make_perturber
+
+        es = self.run.get("es") or {}
+        return make_perturber(model, es.get("perturbation", "full"), es.get("rank"), rounding=self.update_rounding)
+
     @property
     def es(self) -> dict[str, Any]:
         """The run's es settings: ESConfig.as_record() (train-es, train-agent) or the heuristic
@@ -176,7 +184,7 @@ class History:
         """Apply the updates of generations [0, upto) to the perturber's module, each made
         again from the generation's raw rewards and seeds (update_of), not read back.
 
-        The perturber must round as the run did: Perturber(module, rounding=history.update_rounding)."""
+        The perturber must perturb and round as the run did: history.perturber(module)."""
         if perturber.rounding != self.update_rounding:
             raise ValueError(f"the run rounded its updates with {self.update_rounding!r}, "
                              f"the perturber with {perturber.rounding!r}: the replay would not match")

@@ -357,6 +357,10 @@ class Perturber:
         """Host bytes of the snapshot buffers (0 unless revert_mode is snapshot)."""
         return 0 if self._snapshot is None else sum(t.nbytes for t in self._snapshot.values())
 
+    def _noise(self, seed: int, name: str, p: torch.Tensor):
+        """ε(seed) of one tensor as (start, stop, fp32 chunk) over its flat view: full-rank Gaussian."""
+        return noise_chunks(seed, name, p.numel(), p.device, self.chunk)
+
     def _take_snapshot(self) -> None:
         if self._snapshot is None:  # allocated once; pinned so accelerator copies run at full speed
             pin = torch.cuda.is_available() and any(p.device.type == "cuda" for _, p in self.params)
@@ -374,7 +378,7 @@ class Perturber:
             key = (p.dtype, p.device)
             if key not in scratch or scratch[key].sum.numel() < size:
                 scratch[key] = _Scratch(size, p.dtype, p.device)
-            for a, b, eps in noise_chunks(seed, name, flat.numel(), p.device, self.chunk):
+            for a, b, eps in self._noise(seed, name, p):
                 delta = eps.mul_(scale)
                 for s in range(a, b, size):
                     e = min(s + size, b)
@@ -451,7 +455,7 @@ class Perturber:
             return
         for name, p in self.params:
             flat = p.data.view(-1)
-            streams = [noise_chunks(s, name, flat.numel(), p.device, self.chunk) for s, _ in members]
+            streams = [self._noise(s, name, p) for s, _ in members]
             write = self._writer(name, p, seeds)
             for a in range(0, flat.numel(), self.chunk):
                 acc = None

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from esopt.es.history import History
-from esopt.es.perturb import Perturber
+from esopt.es.lowrank import make_perturber
 from esopt.es.settings import ESConfig
 from esopt.es.trainer import ESTrainer, Fitness
 from esopt.hashing import weights_sha256
@@ -32,6 +32,8 @@ class ESRun:
     revert: str  # es.revert (esopt.es.perturb.resolve_revert)
     policy: Any = None
     hash_base: bool = True
+    perturbation: str = "full"  # es.perturbation (esopt.es.lowrank)
+    rank: int | None = None
     base_weights_sha256: str | None = field(init=False, default=None)
     _perturber: Any = field(init=False, default=None, repr=False)
 
@@ -47,10 +49,14 @@ class ESRun:
 
     @property
     def perturber(self) -> Any:
-        """The run's perturber, built on first use: the engine's, or Perturber(model)."""
+        """The run's perturber, built on first use: the engine's, or one of the model (its perturbation)."""
         if self._perturber is None:
+            if self.in_engine and self.perturbation != "full":
+                raise ValueError(f"es.perturbation {self.perturbation} runs on the hf or population engine, "
+                                 "not inside vLLM (its workers draw full-rank noise)")
             self._perturber = (self.policy.perturber(self.rounding, revert=self.revert) if self.in_engine
-                               else Perturber(self.model, rounding=self.rounding, revert=self.revert))
+                               else make_perturber(self.model, self.perturbation, self.rank, rounding=self.rounding,
+                                                   revert=self.revert))
         return self._perturber
 
     def trainer(self, cfg: ESConfig, fitness: Fitness, history_path: str | os.PathLike | None = None,
@@ -60,6 +66,8 @@ class ESRun:
         trainer_cls (on_generation, collective, progress, member_deadline_s, ...)."""
         if cfg.update_rounding != self.rounding:
             raise ValueError(f"the run rounds {cfg.update_rounding}, its weights {self.rounding}")
+        if (cfg.perturbation, cfg.rank) != (self.perturbation, self.rank):
+            raise ValueError(f"the run draws {cfg.perturbation} noise (rank {cfg.rank}), its weights {self.perturbation}")
         return trainer_cls(None if self.in_engine else self.model, cfg, fitness, history_path=history_path,
                            run_info=run_info or {}, revert=self.revert, perturber=self.perturber, **kwargs)
 

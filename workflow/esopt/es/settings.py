@@ -23,9 +23,15 @@ class ESConfig:
     normalization: str = "zscore"  # or "centered_rank"
     seed: int = 0
     update_rounding: str = "nearest"  # or "stochastic", "fp32_master" (esopt.es.rounding)
+    perturbation: str = "full"  # or "lowrank" (EGGROLL, esopt.es.lowrank)
+    rank: int | None = None  # of lowrank perturbations
 
     def __post_init__(self) -> None:
         check_rounding(self.update_rounding)
+        if self.perturbation not in ("full", "lowrank"):
+            raise ValueError(f"perturbation must be full or lowrank, got {self.perturbation!r}")
+        if self.perturbation == "lowrank" and not self.rank:
+            raise ValueError("a lowrank perturbation needs its rank")
         if self.population < 2:
             raise ValueError(f"population must be >= 2, got {self.population}")
         check_even_population(self.population, self.antithetic, "population", "antithetic sampling")
@@ -43,10 +49,17 @@ class ESConfig:
         return cls(population=population, generations=es["generations"], alpha=es["alpha"],
                    sigma=SigmaSchedule(s["schedule"], s["sigma0"], s.get("sigmaT"), es["generations"]),
                    antithetic=es["antithetic"], normalization=es["normalization"], seed=seed,
-                   update_rounding=es["update_rounding"])
+                   update_rounding=es["update_rounding"],
+                   # absent from full-rank settings and from records written before the variant existed
+                   perturbation=es.get("perturbation", "full"), rank=es.get("rank"))
 
     def as_record(self) -> dict[str, Any]:
-        return asdict(self)
+        """The run's es settings as its history records them (full-rank runs without the
+        perturbation keys, as before the low-rank variant existed)."""
+        rec = asdict(self)
+        if self.perturbation == "full":
+            del rec["perturbation"], rec["rank"]
+        return rec
 
 
 def member_seeds(cfg: ESConfig, generation: int) -> tuple[list[int], list[int]]:

@@ -34,8 +34,8 @@ from esopt.es.deadline import member_deadline
 from esopt.es.distributed import Collective
 from esopt.es.fidelity import Fidelity
 from esopt.es.history import GenerationRecord, History
+from esopt.es.lowrank import make_perturber
 from esopt.es.normalize import normalize_rewards
-from esopt.es.perturb import Perturber
 from esopt.es.settings import ESConfig, member_seeds, task_seed
 
 log = logging.getLogger(__name__)
@@ -58,9 +58,13 @@ Fitness = Callable[[Member], tuple[float, dict[str, Any]]]
 class BatchedFitness(Protocol):
     """The fitness of all of a rank's members in one call (esopt.agent.population): the
     trainer perturbs the model for each member in turn and has it `capture(slot)` the
-    weights; then `evaluate(members)` scores members[k] on the weights captured at slot k."""
+    weights (the low-rank variant: `capture_lowrank(slot, seed, scale)`, which draws the
+    member's factors itself and leaves the model alone); then `evaluate(members)` scores
+    members[k] on the weights captured at slot k."""
 
     def capture(self, slot: int) -> None: ...
+
+    def capture_lowrank(self, slot: int, seed: int, scale: float) -> None: ...
 
     def evaluate(self, members: list[Member]) -> list[tuple[float, dict[str, Any]]]: ...
 
@@ -89,7 +93,8 @@ class ESTrainer:
         if self.perturber is None:
             if self.model is None:
                 raise ValueError("ESTrainer needs a model or a perturber")
-            self.perturber = Perturber(self.model, rounding=self.cfg.update_rounding, revert=self.revert)
+            self.perturber = make_perturber(self.model, self.cfg.perturbation, self.cfg.rank,
+                                            rounding=self.cfg.update_rounding, revert=self.revert)
         elif getattr(self.perturber, "rounding", self.cfg.update_rounding) != self.cfg.update_rounding:
             raise ValueError(f"the perturber rounds {self.perturber.rounding}, the run {self.cfg.update_rounding}")
         self.history = History(run={"es": self.cfg.as_record(), **self.run_info})
@@ -168,6 +173,9 @@ class ESTrainer:
         """Every member's weights captured one after another, then all members evaluated at once."""
         c = self.collective
         for k, i in enumerate(members):
+            if self.cfg.perturbation == "lowrank":  # EGGROLL's forward: factors, no weights perturbed
+                self.batched.capture_lowrank(k, seeds[i], sigma * signs[i])
+                continue
             self.perturber.apply(seeds[i], sigma * signs[i], fidelity=perturbation if i == 0 else None)
             try:
                 self.batched.capture(k)

@@ -152,7 +152,6 @@ class WeightChecks:
                          es: bool, rp: str) -> list[Check]:
         from transformers.utils import logging as hf_logging
 
-        from esopt.es import Perturber
         from esopt.hashing import weights_sha256
         from esopt.models.load import load_model_and_tokenizer
 
@@ -195,7 +194,7 @@ class WeightChecks:
                                         "available to replay it", rp))
                 else:
                     log.info("replaying %d generations of %s on %s", n_gen, targets["replay"], device)
-                    history.replay(Perturber(model, rounding=history.update_rounding))
+                    history.replay(history.perturber(model))
                     got = weights_sha256(model)
                     ok = got == rec["final_weights_sha256"]
                     how = f"{n_gen} generations on {device}" + (

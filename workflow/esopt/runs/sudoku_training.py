@@ -65,8 +65,10 @@ def train_es(es: EsRun, episodes: SudokuEpisodes, evaluation: SudokuEvaluation, 
     model, tok = load_model_and_tokenizer(model_dir, device=hf_model_device(engine))
     es_cfg = ESConfig.from_settings(es.settings(), population, seed)
     policy, engine_record = open_engine(engine, model, tok, model_dir, seed=seed,
-                                        slots=len(collective.members(population)))
-    weights = ESRun(model, es_cfg.update_rounding, es.revert, policy=policy)
+                                        slots=len(collective.members(population)),
+                                        rank=es_cfg.rank if es_cfg.perturbation == "lowrank" else None)
+    weights = ESRun(model, es_cfg.update_rounding, es.revert, policy=policy, perturbation=es_cfg.perturbation,
+                    rank=es_cfg.rank)
     spec = EpisodeSpec.from_specs(episodes, horizon, es.member_decoding)
     n_tasks = es.tasks_per_member
     keep = kept_steps(es_cfg.generations)
@@ -88,6 +90,7 @@ def train_es(es: EsRun, episodes: SudokuEpisodes, evaluation: SudokuEvaluation, 
 
     class Batched:  # the population engine: every member's episodes in one rollout
         capture = getattr(policy, "capture", None)
+        capture_lowrank = getattr(policy, "capture_lowrank", None)
 
         @staticmethod
         def evaluate(members):

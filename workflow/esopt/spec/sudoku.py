@@ -147,6 +147,8 @@ class EsRun:
     eval_every: int | None
     eval_train: bool
     revert: str
+    perturbation: str  # full (the paper's) or lowrank (EGGROLL)
+    rank: int  # of lowrank perturbations
 
     @classmethod
     def from_config(cls, config: Config, horizon: int | None = None, variant: str | None = None) -> EsRun:
@@ -155,7 +157,8 @@ class EsRun:
                    generations=e["generations"], tasks_per_member=e["tasks_per_member"], alpha=e["alpha"],
                    sigma=Sigma.from_block(e["sigma"]), antithetic=e["antithetic"], normalization=e["normalization"],
                    member_decoding=e["member_decoding"], update_rounding=e["update_rounding"],
-                   eval_every=e["eval_every"], eval_train=e["eval_train"], revert=e["revert"])
+                   eval_every=e["eval_every"], eval_train=e["eval_train"], revert=e["revert"],
+                   perturbation=e["perturbation"], rank=e["rank"])
 
     @property
     def method(self) -> str:
@@ -167,7 +170,13 @@ class EsRun:
         return {"generations": self.generations, "tasks_per_member": self.tasks_per_member, "alpha": self.alpha,
                 "sigma": self.sigma.settings(), "antithetic": self.antithetic, "normalization": self.normalization,
                 "member_decoding": self.member_decoding, "update_rounding": self.update_rounding,
-                "eval_every": self.eval_every, "eval_train": self.eval_train, "revert": self.revert}
+                "eval_every": self.eval_every, "eval_train": self.eval_train, "revert": self.revert,
+                **self.perturbation_settings()}
+
+    def perturbation_settings(self) -> dict[str, Any]:
+        """{} for the paper's full-rank noise (so full-rank runs' records read as before), else
+        {perturbation: lowrank, rank: r}."""
+        return {} if self.perturbation == "full" else {"perturbation": self.perturbation, "rank": self.rank}
 
 
 @dataclass(frozen=True)
