@@ -23,6 +23,7 @@ CONFIGFILE = str(
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from esopt.config import all_models, engine_settings, load_config  # noqa: E402
 from esopt.provenance import jobs  # noqa: E402
+from esopt.provenance.published import PipelineInputs  # noqa: E402
 
 # Validated against workflow/schemas/config.schema.yaml, defaults filled, exactly as the
 # commands and `esopt audit` resolve it.
@@ -36,6 +37,16 @@ HORIZONS = config["sudoku"]["horizons"]
 POPULATIONS = config["es"]["populations"]
 SEEDS = config["es"]["seeds"]
 LOGS = f"{R}/logs"
+
+# Results published into the repository (config `published`, `esopt publish`): what a report
+# reads of a job comes from published/NAME/ instead of results/ while the job's settings (and
+# its upstream jobs') are what this config asks for, so Snakemake neither needs nor reruns it.
+PUBLISHED = PipelineInputs(config)
+
+
+def result(path):
+    """A results/ file a report or check reads, or its published copy when that is fresh."""
+    return PUBLISHED(path)
 
 # ES runs: Agentic ESOpt ("es") and its ablations ("es_NAME", config es.variants).
 ES_VARIANTS = config["es"].get("variants") or {}
@@ -121,7 +132,7 @@ def all_evaluations():
     """Base and Agentic ESOpt of the main grid, each ESOpt model at every horizon."""
     base = expand(f"{R}/eval/{MODEL}/base/h{{eval_horizon}}.json", eval_horizon=HORIZONS)
     es = [es_eval("es", MODEL, h, g, s, e) for h in HORIZONS for g in POPULATIONS for s in SEEDS for e in HORIZONS]
-    return base + es
+    return [result(p) for p in base + es]
 
 
 # ---- Agentic GRPO / PPO baselines (config `rl`) and memory (config `memory`) ----
@@ -141,10 +152,10 @@ wildcard_constraints:
 
 def rl_evaluations():
     """RL models evaluated at the horizon they were trained at."""
-    return expand(
+    return [result(p) for p in expand(
         f"{R}/eval/{MODEL}/{{method}}/h{{horizon}}_s{{seed}}/h{{horizon}}.json",
         method=RL_METHODS, horizon=HORIZONS, seed=RL_SEEDS,
-    )
+    )]
 
 
 def training_budgets():
@@ -152,21 +163,21 @@ def training_budgets():
     es = [f"{es_dir(*run)}/budget.json" for run in main_es_runs(largest_population=True)]
     rl = expand(f"{R}/train/{{method}}/{MODEL}/sudoku/h{{horizon}}_s{{seed}}/budget.json",
                 method=RL_METHODS, horizon=HORIZONS, seed=RL_SEEDS)
-    return es + rl
+    return [result(p) for p in es + rl]
 
 
 def methods_evaluations():
     """Every method of the main grid at its training horizon (ES at the largest population)."""
     base = expand(f"{R}/eval/{MODEL}/base/h{{h}}.json", h=HORIZONS)
     es = [es_eval(m, model, h, g, s, h) for m, model, h, g, s in main_es_runs(largest_population=True)]
-    return base + es + rl_evaluations()
+    return [result(p) for p in base + es] + rl_evaluations()
 
 
 def study_evaluations():
     """Population study: each run at its training horizon, and each base model there."""
     es = [es_eval(m, model, h, g, s, h) for m, model, h, g, s in study_runs()]
     base = [f"{R}/eval/{m}/base/h{h}.json" for m in MODELS for h in STUDY.get("horizons", [])]
-    return base + es
+    return [result(p) for p in base + es]
 
 
 # The sigma ablation is drawn at the largest horizon an ablation was run at.
@@ -175,13 +186,14 @@ ABLATION_HORIZON = max([h for v in ES_VARIANTS for h in variant_horizons(v)] or 
 
 def ablation_evaluations():
     h = ABLATION_HORIZON
-    return [es_eval(m, model, hh, g, s, h) for m, model, hh, g, s in main_es_runs(largest_population=True) if hh == h]
+    return [result(es_eval(m, model, hh, g, s, h))
+            for m, model, hh, g, s in main_es_runs(largest_population=True) if hh == h]
 
 
 def verdict_evaluations():
     """What the claims' verdicts compare: the main model's methods at their training
     horizons, the sigma ablation, and the main model's population-study runs."""
-    study = [es_eval(m, model, h, g, s, h) for m, model, h, g, s in study_runs() if model == MODEL]
+    study = [result(es_eval(m, model, h, g, s, h)) for m, model, h, g, s in study_runs() if model == MODEL]
     ablation = ablation_evaluations() if ES_VARIANTS else []
     return list(dict.fromkeys(methods_evaluations() + ablation + study))
 
@@ -225,7 +237,7 @@ def tool_evaluations():
     base = [f"{R}/eval/{TOOL_MODEL}/tools/no_skill/{b}_{d}.json" for b, d in tool_eval_sets()]
     runs = [f"{R}/eval/{TOOL_MODEL}/tools/{m}/{b}_{d}_s{s}.json"
             for m in AGENT_METHODS for b, d in tool_eval_sets() for s in TOOL_SEEDS]
-    return base + runs
+    return [result(p) for p in base + runs]
 
 
 # table columns, in config order: [evaluation set, its label (DAPO, AIME, DocVQA)]
@@ -254,7 +266,7 @@ def web_evaluations():
     """Every web evaluation the table reads: the base, then each trained run, per set."""
     base = [f"{R}/eval/{WEB_MODEL}/web/no_skill/{d}.json" for d in WEB_SETS if "no_skill" in WEB.get("methods", [])]
     runs = [f"{R}/eval/{WEB_MODEL}/web/{m}/{d}_s{s}.json" for m in WEB_METHODS for d in WEB_SETS for s in WEB_SEEDS]
-    return base + runs
+    return [result(p) for p in base + runs]
 
 
 def preflight_or_stop(workflow):

@@ -74,7 +74,7 @@ rule evaluate_rl:
 rule check_models:
     input:
         config=ancient(CONFIGFILE),  # reruns follow the config sections in params
-        summaries=lambda wc: [f"{R}/eval/{wc.model}/base/h{h}.json" for h in (MODELS[wc.model].get("expect") or {})],
+        summaries=lambda wc: [result(f"{R}/eval/{wc.model}/base/h{h}.json") for h in (MODELS[wc.model].get("expect") or {})],
         code=code("check-models"),
     output:
         check=f"{R}/checks/{{model}}.json",

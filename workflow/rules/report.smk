@@ -57,7 +57,7 @@ rule report_methods:
 # Mean reward and success per generation, with sigma_t, for ESOpt and its ablations.
 rule report_training_curves:
     input:
-        metrics=[f"{es_dir(*run)}/metrics.jsonl" for run in main_es_runs(largest_population=True)],
+        metrics=[result(f"{es_dir(*run)}/metrics.jsonl") for run in main_es_runs(largest_population=True)],
         notebook=notebook("training_curves"),
         code=code(notebook("training_curves")),
     output:
@@ -170,7 +170,7 @@ rule report_wall_clock:
 # Peak training memory per method, measured, beside the paper's ratio.
 rule report_memory:
     input:
-        memory=expand(f"{R}/memory/{PROBE}/{{m}}.json", m=MEMORY_METHODS),
+        memory=[result(f"{R}/memory/{PROBE}/{m}.json") for m in MEMORY_METHODS],
         notebook=notebook("memory"),
         code=code(notebook("memory")),
     output:

@@ -9,7 +9,7 @@ import sys
 COMMANDS = (
     "build-model", "train-es", "train-rl", "evaluate", "check-models", "memory",
     "prepare-data", "train-agent", "search-heuristics",
-    "replay", "audit", "preflight",
+    "replay", "audit", "preflight", "publish",
 )
 USAGE = "usage: esopt <command> [options]   (esopt <command> --help: its options)\n\ncommands:\n" + \
     "\n".join(f"  {c}" for c in COMMANDS)

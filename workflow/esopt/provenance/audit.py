@@ -43,10 +43,17 @@ code          the tree the record was made from (commit and changed files) again
 
 upstream      --upstream: a warning for an input that no record lists as produced
 
+A record in a published tree (published/NAME/, esopt.provenance.published) is audited with
+its paths mapped through the tree's manifest; outputs never published are a note, inputs
+neither published nor here a skip, weights it has no base model for skipped with a message.
+
 After the records, auditing a directory adds:
 
 coverage      a warning for every file under it that no record lists as an output (a
               result whose record was deleted, a file added to a run)
+manifest      a published tree: every listed file hashes as MANIFEST.json lists it and is
+              an output of its record (a file it does not list: a warning)
+commit        a published tree: every commit its results came from exists in git
 
 A warning passes; `esopt audit --strict` fails on it (and on a skipped check).
 
@@ -64,8 +71,11 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from esopt.io import sha256_file
 from esopt.provenance.derived import DerivedChecks
 from esopt.provenance.find import (
+    MANIFEST,
+    PublishedTree,
     _abs,
     _read_record,
     display_path,
@@ -74,7 +84,9 @@ from esopt.provenance.find import (
     is_provenance_file,
     produced_files,
     producer_of,
+    resolver,
 )
+from esopt.provenance.published import git_commit_exists
 from esopt.provenance.record_checks import (
     DEFAULT_MAX_REPLAY_PARAMS,
     AuditReport,
@@ -108,6 +120,10 @@ def coverage_check(directory: Path, records: list[Path], root: Path | None) -> C
     for prov in records:
         rec = _read_record(prov) or {}
         covered.add(_abs(prov))
+        tree = PublishedTree.containing(prov)
+        if tree is not None:  # a published record: its outputs are the published copies (the manifest checks them)
+            covered |= {tree.dir / MANIFEST, *(tree.local(o) for o in rec.get("outputs") or {})}
+            continue
         covered |= produced_files(prov, rec, root) if isinstance(rec.get("outputs"), dict) else set()
         if rec.get("config_path"):
             base = root or infer_root(prov, rec) or Path.cwd()
@@ -133,10 +149,61 @@ def coverage_check(directory: Path, records: list[Path], root: Path | None) -> C
     return Check("coverage", shown, "ok", f"every file is a record or an output one lists{aside}", shown)
 
 
+def published_checks(tree: PublishedTree) -> list[Check]:
+    """manifest, commit: a published tree's MANIFEST.json against its files (every listed file
+    hashes as listed and is an output its record lists with that hash and config hash; a file
+    it does not list warns), and every commit it names exists in this repository."""
+    shown = display_path(tree.dir)
+    out: list[Check] = []
+    bad, unlisted = [], []
+    for rel, entry in sorted(tree.files.items()):
+        f = tree.dir / rel
+        rec = _read_record(tree.dir / entry.get("record", ""))
+        recorded = {tree.rel(o): h for o, h in ((rec or {}).get("outputs") or {}).items()}
+        if not f.is_file():
+            bad.append(f"{rel}: missing")
+        elif sha256_file(f) != entry.get("sha256"):
+            bad.append(f"{rel}: sha256 listed {str(entry.get('sha256'))[:12]}, now {sha256_file(f)[:12]}")
+        elif rec is None:
+            bad.append(f"{rel}: its record {entry.get('record')} is not readable")
+        elif rel != entry["record"] and recorded.get(rel) != entry["sha256"]:
+            bad.append(f"{rel}: its record {entry['record']} does not list it with this sha256")
+        elif rec.get("config_sha256") != entry.get("config_sha256"):
+            bad.append(f"{rel}: config sha256 listed {str(entry.get('config_sha256'))[:12]}, its record says "
+                       f"{str(rec.get('config_sha256'))[:12]}")
+    for f in sorted(tree.dir.rglob("*")):
+        rel = f.relative_to(tree.dir).as_posix()
+        if f.is_file() and rel != MANIFEST and rel not in tree.files and not any(p.startswith(".") for p in f.parts):
+            unlisted.append(rel)
+    if bad:
+        out.append(Check("manifest", shown, "fail", f"{len(bad)} of {len(tree.files)} listed file(s) differ from "
+                         "MANIFEST.json: " + _shown(bad, 3), shown))
+    else:
+        out.append(Check("manifest", shown, "ok", f"{len(tree.files)} file(s) hash as MANIFEST.json lists them, each "
+                         "an output of its record", shown))
+    if unlisted:
+        out.append(Check("manifest", shown, "warn", f"{len(unlisted)} file(s) MANIFEST.json does not list: "
+                         + _shown(unlisted), shown))
+    commits = sorted({e["commit"] for e in tree.files.values() if e.get("commit")})
+    # the repository the tree is committed to; outside one, the checkout this audit runs from
+    repo = tree.dir if git_commit_exists("HEAD", tree.dir) else Path(__file__).parent
+    missing = [c for c in commits if not git_commit_exists(c, repo)]
+    if missing:
+        out.append(Check("commit", shown, "fail", f"{len(missing)} commit(s) the results came from are not in the "
+                         f"repository at {display_path(repo)} (git cat-file -e): " + _shown([c[:12] for c in missing]),
+                         shown))
+    elif commits:
+        out.append(Check("commit", shown, "ok", f"the {len(commits)} commit(s) the results came from are in the "
+                         f"repository at {display_path(repo)}", shown))
+    return out
+
+
 def unproduced_inputs(prov: Path, rec: dict, auditor: Auditor, produced: set[Path]) -> list[Check]:
     """--upstream: inputs beside results that no record lists as produced (a result whose
     record was deleted). The config file and inputs outside the record's tree are left out;
     `produced`: what the records audited produced (other records are looked up)."""
+    if PublishedTree.containing(prov) is not None:
+        return []  # a published record's inputs are checked against the manifest's tree (its input checks)
     base = auditor.root or infer_root(prov, rec) or Path.cwd()
     tops = {Path(o).parts[0] for o in rec.get("outputs") or {} if not Path(o).is_absolute() and len(Path(o).parts) > 1}
     cp = rec.get("config_path")
@@ -186,9 +253,9 @@ def audit(path: str | os.PathLike, *, root: str | os.PathLike | None = None, rep
         bar.update(1)
         if upstream:
             rec = _read_record(prov) or {}
-            base = auditor.root or infer_root(prov, rec) or Path.cwd()
+            res = resolver(prov, rec, auditor.root)
             for p in rec.get("inputs") or {}:
-                up = producer_of(_abs(p if Path(p).is_absolute() else base / p), auditor.root)
+                up = producer_of(res(p), auditor.root)
                 if up is not None and up not in seen and up not in queue:
                     queue.append(up)
                     bar.total += 1
@@ -206,5 +273,10 @@ def audit(path: str | os.PathLike, *, root: str | os.PathLike | None = None, rep
     if target.is_dir() and listed and all(target in p.parents for p in listed):
         if on_record:
             on_record(target)
+        trees = {t.dir: t for p in listed if (t := PublishedTree.containing(p)) is not None}
+        for d, tree in sorted(trees.items()):
+            if d == target or target in d.parents:
+                for c in published_checks(tree):
+                    auditor._emit(report.checks, c)
         auditor._emit(report.checks, coverage_check(target, listed, auditor.root))
     return report

@@ -378,7 +378,14 @@ class DerivedChecks:
         from esopt.spec.sudoku import EsRun
 
         argv = rec.get("argv") or []
+        # the saved model's parameter count; where its weights are not here (a published run), the
+        # base model's (ES changes no shape), else budget.json's own, said so
         params = count_parameters(res(str(Path(flag_value(argv, "--out")) / "model")))
+        if params is None and flag_value(argv, "--model"):
+            params = count_parameters(res(flag_value(argv, "--model")))
+        trusted = params is None and isinstance(budget.get("params"), int)
+        if trusted:
+            params = budget["params"]
         es = EsRun.from_config(rec["config"], _run_horizon(rec), flag_value(argv, "--variant"))
         want = es_budget(history, params, int(flag_value(argv, "--population")), es.tasks_per_member,
                          es.horizon, int(flag_value(argv, "--seed")), es.method)
@@ -387,7 +394,8 @@ class DerivedChecks:
         bad = [b.replace("the history gives", "the record's ranks give") if b.startswith("ranks ") else b for b in bad]
         if bad:
             return "fail", _listed(bad)
-        return "ok", f"{budget.get('episodes')} episodes, {budget.get('rollout_tokens')} tokens, as the history gives"
+        return "ok", (f"{budget.get('episodes')} episodes, {budget.get('rollout_tokens')} tokens, as the history gives"
+                      + (" (FLOPs from budget.json's parameter count: no model here)" if trusted else ""))
 
     @staticmethod
     def _rl_budget(rec, budget: dict[str, Any], metrics: list[dict[str, Any]]) -> tuple[str, str]:

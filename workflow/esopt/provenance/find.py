@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +72,7 @@ def infer_root(prov: Path, rec: dict[str, Any]) -> Path | None:
 
 def produced_files(prov: Path, rec: dict[str, Any], root: Path | None) -> set[Path]:
     """Absolute paths a record vouches for: its outputs and, for build-model, the weight files."""
-    base = root or infer_root(prov, rec) or Path.cwd()
-    res = lambda p: _abs(p if Path(p).is_absolute() else base / p)
+    res = resolver(prov, rec, root)
     files = {res(o) for o in (rec.get("outputs") or {})}
     model_dir = _model_dir_of_build(rec, res)
     if model_dir is not None:
@@ -93,7 +93,7 @@ def producer_of(path: Path, root: Path | None = None, levels: int = 4) -> Path |
     for d in [path.parent, *path.parent.parents][:levels]:
         candidates += [d / "provenance.json", *sorted(d.glob("*.provenance.json"))]
     up = path.parent.parent
-    if up != path.parent:
+    if up != path.parent and up.is_dir():
         siblings = sorted(d for d in up.iterdir() if d.is_dir() and d != path.parent and not d.name.startswith("."))
         candidates += [c for d in siblings for c in sorted(d.glob("*.provenance.json"))]
     for c in dict.fromkeys(candidates):
@@ -145,3 +145,75 @@ def _model_dir_of_build(rec: dict[str, Any], res: Callable[[str], Path]) -> Path
         if Path(o).name == "weights.sha256.json":
             return res(o).parent
     return None
+
+
+# ---------------------------------------------------------------- published trees
+
+MANIFEST = "MANIFEST.json"  # of a published tree (esopt.provenance.published, `esopt publish`)
+FORMAT = "esopt-published/1"
+
+
+@dataclass
+class PublishedTree:
+    """published/NAME/ and its manifest (esopt.provenance.published). Recorded paths (relative
+    to the pipeline's working directory, e.g. results/eval/...) map to the published copy when
+    there is one, else to the working directory the tree belongs to (`root`: the config file,
+    a model built there)."""
+
+    dir: Path
+    manifest: dict[str, Any]
+
+    @classmethod
+    def open(cls, d: str | os.PathLike) -> PublishedTree | None:
+        """The tree at d, or None where d has no manifest of this format."""
+        m = _read_record(Path(d) / MANIFEST)
+        return cls(_abs(d), m) if m is not None and m.get("format") == FORMAT else None
+
+    @classmethod
+    def containing(cls, path: str | os.PathLike) -> PublishedTree | None:
+        """The published tree a file lies in (a manifest in one of its directories), or None."""
+        for d in _abs(path).parents:
+            if (d / MANIFEST).is_file():
+                return cls.open(d)
+        return None
+
+    @property
+    def files(self) -> dict[str, dict[str, Any]]:
+        return self.manifest.setdefault("files", {})
+
+    @property
+    def root(self) -> Path:
+        return _abs(self.dir / self.manifest.get("root", "../.."))
+
+    @property
+    def results(self) -> str:
+        return self.manifest.get("results", "results")
+
+    def rel(self, recorded: str | os.PathLike) -> str | None:
+        """A recorded path's place in the tree (its path under results/), or None outside results/."""
+        p = Path(recorded)
+        if p.is_absolute():
+            return None
+        try:
+            return p.relative_to(self.results).as_posix()
+        except ValueError:
+            return None
+
+    def local(self, recorded: str | os.PathLike) -> Path:
+        """Where a recorded path is read: its published copy, else under the working directory."""
+        p = Path(recorded)
+        if p.is_absolute():
+            return _abs(p)
+        rel = self.rel(p)
+        return self.dir / rel if rel in self.files else _abs(self.root / p)
+
+
+def resolver(prov: Path, rec: dict[str, Any], root: Path | None = None) -> Callable[[str], Path]:
+    """Recorded path -> the file it names now, for the record at `prov`: through its published
+    tree's manifest when it lies in one, else against `root`, else the inferred root, else the
+    current directory (see the module doc)."""
+    tree = PublishedTree.containing(prov)
+    if tree is not None:
+        return tree.local
+    base = root or infer_root(prov, rec) or Path.cwd()
+    return lambda p: _abs(p if Path(p).is_absolute() else base / p)

@@ -17,6 +17,7 @@ from esopt.io import sha256_file
 from esopt.provenance import jobs
 from esopt.provenance.find import (
     AuditError,
+    PublishedTree,
     _abs,
     _model_dir_of_build,
     _read_record,
@@ -25,6 +26,7 @@ from esopt.provenance.find import (
     infer_root,
     is_provenance_file,
 )
+from esopt.provenance.published import not_published
 
 DEFAULT_MAX_REPLAY_PARAMS = 50_000_000
 REPLAY_MODES = ("auto", "always", "never")
@@ -251,9 +253,13 @@ class RecordChecks:
         if missing or not isinstance(rec["inputs"], dict) or not isinstance(rec["outputs"], dict):
             emit(Check("record", rp, "fail", f"not a provenance record (missing or malformed: {', '.join(missing) or 'inputs/outputs'})", rp))
             return out
-        base = self.root or infer_root(prov, rec) or Path.cwd()
-        res = lambda p: _abs(p if Path(p).is_absolute() else base / p)
-        emit(Check("record", rp, "ok", f"{rec['command']}, paths relative to {base}", rp))
+        # a published record (esopt.provenance.published): its paths map to the published copies,
+        # else to the working directory the tree belongs to (the config file, a model built there)
+        tree = PublishedTree.containing(prov)
+        base = tree.root if tree is not None else self.root or infer_root(prov, rec) or Path.cwd()
+        res = tree.local if tree is not None else lambda p: _abs(p if Path(p).is_absolute() else base / p)
+        emit(Check("record", rp, "ok", f"{rec['command']}, paths relative to {base}"
+                   + (f", published in {display_path(tree.dir)}" if tree is not None else ""), rp))
 
         # config: the record agrees with itself, then with the file it names
         got = config_sha256(rec["config"]) if isinstance(rec["config"], dict) else None
@@ -281,20 +287,47 @@ class RecordChecks:
                 config_ok = self._config_file_checks(rec, cp, res, current, emit, rp)
 
         # files
+        rerun_upstream: dict[str, Check] = {}  # published: an upstream record another sitting's rerun replaced
+        absent: dict[str, int] = {}  # published: inputs not published and not here, by why
         for p, want in rec["inputs"].items():
             c = self._hash_check("input", p, res(p), want, rp)
             if c.status == "fail" and cp and config_ok and res(p) == res(cp) and res(p).is_file():
                 c = Check("input", p, "note", c.detail + ": the file changed, but not in the sections this result "
                           "depends on (see config-file)", rp)
+            elif c.status == "fail" and tree is not None and not res(p).exists():
+                absent[not_published(p)] = absent.get(not_published(p), 0) + 1
+                continue
+            elif c.status == "fail" and tree is not None and is_provenance_file(Path(p)) and tree.rel(p) in tree.files:
+                chain = self._chain_check(rec, p, res, rp)
+                if chain is not None and chain.status == "ok":
+                    rerun_upstream[p] = chain
+                    c = Check("input", p, "note", c.detail + ": the published record is another run of the same job "
+                              "(a later sitting); the files this result used are the ones it produced (chain)", rp)
             emit(c)
+        if absent:
+            emit(Check("input", "(not published)", "skip", f"{sum(absent.values())} input(s) neither published nor "
+                       "here: " + ", ".join(f"{why} {n}" for why, n in sorted(absent.items()))
+                       + " (make them with snakemake to check them)", rp))
         for p, want in rec["inputs"].items():
-            if is_provenance_file(Path(p)) and res(p).is_file() and self.sha256(res(p)) == want:
+            if p in rerun_upstream:
+                emit(rerun_upstream[p])
+            elif is_provenance_file(Path(p)) and res(p).is_file() and self.sha256(res(p)) == want:
                 c = self._chain_check(rec, p, res, rp)
                 if c is not None:
                     emit(c)
+        left_out: dict[str, int] = {}  # published: outputs deliberately not published, by why
         for p, want in rec["outputs"].items():
+            if tree is not None and tree.rel(p) not in tree.files and not res(p).exists():
+                why = not_published(p)
+                left_out[why] = left_out.get(why, 0) + 1
+                continue
             emit(self._hash_check("output", p, res(p), want, rp))
+        if left_out:
+            emit(Check("output", "(not published)", "note", f"{sum(left_out.values())} output(s) not published: "
+                       + ", ".join(f"{why} {n}" for why, n in sorted(left_out.items())), rp))
         model_dir = _model_dir_of_build(rec, res)
+        if tree is not None and model_dir is not None and not model_dir.is_dir():
+            model_dir = None  # a published model build: its weights are not published (noted above)
         if model_dir is not None:
             outs = {res(o): h for o, h in rec["outputs"].items()}
             for f, want in rec["weights_sha256"].items():
@@ -313,6 +346,9 @@ class RecordChecks:
             derived = [Check("derived", rp, "fail", f"cannot be recomputed: {type(e).__name__}: {e}", rp)]
         for c in derived:
             emit(c)
+        if tree is not None and rec["command"] == "evaluate" and not any(c.name == "summary" for c in derived):
+            emit(Check("summary", rp, "note", "trajectories are not published: the summary is not recomputed here "
+                       "(audit the results/ tree of the sitting that made it)", rp))
 
         # weights: ES history, replay, saved model
         if rec["command"] in ("train-es", "train-rl") or (rec["command"] == "search-heuristics" and rec.get("es")) \
@@ -322,7 +358,7 @@ class RecordChecks:
                 emit(Check("history" if rec["command"] == "train-es" else "saved-weights", rp, "fail",
                            f"a {rec['command']} record without {' and '.join(lacking)}: nothing to check the weights against", rp))
             else:
-                for c in self.weight_checks(rec, res, rp):
+                for c in self.weight_checks(rec, res, rp, published=tree is not None):
                     emit(c)
 
         emit(self._code_check(rec, rp))
@@ -413,8 +449,9 @@ class RecordChecks:
         up = _read_record(up_path)
         if up is None or not isinstance(up.get("outputs"), dict):
             return Check("chain", p, "fail", "the upstream record is not a provenance record", rp)
-        up_base = self.root or infer_root(up_path, up) or Path.cwd()
-        up_res = lambda q: _abs(q if Path(q).is_absolute() else up_base / q)
+        up_tree = PublishedTree.containing(up_path)
+        up_base = up_tree.root if up_tree is not None else self.root or infer_root(up_path, up) or Path.cwd()
+        up_res = up_tree.local if up_tree is not None else lambda q: _abs(q if Path(q).is_absolute() else up_base / q)
         made = {up_res(q): h for q, h in up["outputs"].items()}
         model_dir = _model_dir_of_build(up, up_res)
         if model_dir is not None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from esopt.provenance.find import flag_value
+from esopt.provenance.published import WEIGHTS_NOTE
 from esopt.provenance.record_checks import Check, _run_horizon, _short, is_es_agent
 
 log = logging.getLogger("esopt.audit")
@@ -81,7 +82,10 @@ class WeightChecks:
     replay: str
     max_replay_params: int
 
-    def weight_checks(self, rec: dict[str, Any], res: Callable[[str], Path], rp: str) -> list[Check]:
+    def weight_checks(self, rec: dict[str, Any], res: Callable[[str], Path], rp: str,
+                      published: bool = False) -> list[Check]:
+        """published: the record lies in a published tree, where no weights are (a base model
+        built in this checkout is used for the replay)."""
         from esopt.es.history import History
 
         checks: list[Check] = []
@@ -140,16 +144,27 @@ class WeightChecks:
         if not es:
             checks.append(Check("replay", "(train-rl)", "note", "RL runs are not replayable (optimizer state, sampled "
                                 "rollouts): their outputs are re-hashed and their weights checked, nothing more", rp))
+        saved_missing = saved_dir is None or not (saved_dir / "config.json").is_file()
+        if published and saves_model and saved_missing:  # never published: say so, not a failure
+            names.remove("saved-weights")
+            checks.append(Check("saved-weights", targets["saved-weights"], "note",
+                                WEIGHTS_NOTE.get(rec["command"], "model weights are not published"), rp))
         if base_dir is None or not (base_dir / "config.json").is_file():
+            if published:
+                return skip_all(f"skipped: base model not present ({model_arg}; build it with snakemake, then audit "
+                                "again to check it" + (" and replay the history)" if es else ")"))
             return skip_all(f"base model directory not found ({base_dir}); see the input checks")
         n = count_parameters(base_dir)
         if self.replay != "always" and (n is None or n > self.max_replay_params):
             size = "unknown size (no safetensors)" if n is None else f"{n:.1e} params > --max-replay-params {self.max_replay_params:.1e}"
             return skip_all(f"skipped: {size}; run `esopt replay` (or audit --replay always) where the model fits")
-        return checks + self._load_and_replay(rec, history, base_dir, saved_dir, targets, es, rp)
+        if "saved-weights" not in names:
+            saved_dir = None  # noted above
+        return checks + self._load_and_replay(rec, history, base_dir, saved_dir, targets, es, rp,
+                                              check_saved="saved-weights" in names)
 
     def _load_and_replay(self, rec, history, base_dir: Path, saved_dir: Path | None, targets: dict[str, str],
-                         es: bool, rp: str) -> list[Check]:
+                         es: bool, rp: str, check_saved: bool = True) -> list[Check]:
         from transformers.utils import logging as hf_logging
 
         from esopt.hashing import weights_sha256
@@ -205,8 +220,8 @@ class WeightChecks:
                                   f"the run saved {_short(rec['final_weights_sha256'])}" + self._drift(rec))
                     checks.append(Check("replay", targets["replay"], "ok" if ok else "fail", detail, rp))
             del model
-            if rec["command"] == "search-heuristics":
-                pass  # test-time ES keeps no model: the replay is its weight check
+            if rec["command"] == "search-heuristics" or not check_saved:
+                pass  # test-time ES keeps no model: the replay is its weight check (or: not published, noted)
             elif saved_dir is None or not (saved_dir / "config.json").is_file():
                 checks.append(Check("saved-weights", targets["saved-weights"], "fail", f"no saved model at {saved_dir}", rp))
             else:

@@ -1,0 +1,264 @@
+"""esopt publish and published results: a grid run in pieces across sittings ends complete.
+
+The default suite builds a tiny real result set with the real commands (the smoke base, its
+evaluation, one ES run and its evaluations, as the pipeline's rules call them), publishes it,
+and checks the manifest, idempotence, staleness, the audit of the published tree, and with
+`snakemake -n` that the published jobs are not scheduled again. The test marked `pipeline`
+(opt-in, a few minutes) runs the story with Snakemake itself: sitting 1 runs part of the DAG
+and publishes, sitting 2 on a fresh copy runs only what is missing, and a third fresh copy
+builds the tables from published results alone."""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from esopt.config import load_config
+from esopt.provenance.find import MANIFEST, PublishedTree
+from esopt.provenance.published import PipelineInputs, stale, stale_settings
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+WORKFLOW = ("Snakefile", "config", "envs", "workflow", "notebooks")
+MODEL = "smoke-qwen35"
+BASE = f"results/models/{MODEL}"
+RUN = f"results/train/es/{MODEL}/sudoku/h2_g4_s0"
+EVALS = [f"results/eval/{MODEL}/base/h2.json", f"results/eval/{MODEL}/es/h2_g4_s0/h2.json",
+         f"results/eval/{MODEL}/es/h2_g4_s0/h3.json"]
+
+
+def esopt(cwd, *args, check=True):
+    res = subprocess.run([sys.executable, "-m", "esopt.cli.main", *map(str, args)], cwd=cwd,
+                         capture_output=True, text=True)
+    if check and res.returncode:
+        raise AssertionError(f"esopt {' '.join(map(str, args))} failed:\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}")
+    return res
+
+
+def copy_workflow(wd: Path) -> Path:
+    """A fresh checkout of the workflow files (no results/, no published/): a new sitting."""
+    wd.mkdir(parents=True, exist_ok=True)
+    for top in WORKFLOW:
+        if (ROOT / top).is_file():
+            shutil.copy(ROOT / top, wd)
+        else:
+            shutil.copytree(ROOT / top, wd / top, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    return wd
+
+
+def smk(wd: Path, config: str, *args, check=True):
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # esopt
+    res = subprocess.run([*SNAKEMAKE, *args, "--configfile", config, "--cores", "2"], cwd=wd,
+                         capture_output=True, text=True, env=env)
+    if check and res.returncode:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{res.stdout[-3000:]}\n{res.stderr[-5000:]}")
+    return res
+
+
+def planned(res) -> dict[str, int]:
+    """Job counts of a dry run (empty when nothing is to be done)."""
+    out = res.stdout + res.stderr
+    if "Job stats:" not in out:
+        return {}
+    counts = {}
+    for line in out[out.index("Job stats:"):].splitlines()[3:]:
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].isdigit():
+            break
+        counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def rule_inputs(res, rule: str) -> list[str]:
+    """The input files a dry run (-n) lists for the first job of `rule`."""
+    lines = (res.stdout + res.stderr).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == f"rule {rule}:")
+    line = next(line for line in lines[start:] if line.strip().startswith("input:"))
+    return [p.strip() for p in line.split("input:", 1)[1].split(",")]
+
+
+@pytest.fixture(scope="module")
+def sitting(tmp_path_factory) -> Path:
+    """Sitting 1: a checkout where the smoke base was built and evaluated, one ES run trained
+    and evaluated at both horizons, by the real commands with the arguments the rules give
+    them (paths relative to the checkout), then published."""
+    wd = copy_workflow(tmp_path_factory.mktemp("sitting1") / "repo")
+    cfg = ("--config", "config/smoke.yaml")
+    esopt(wd, "build-model", *cfg, "--name", MODEL, "--out", BASE, "--rule", "build_model")
+    esopt(wd, "evaluate", *cfg, "--model", BASE, "--benchmark", "sudoku", "--horizon", 2, "--out", EVALS[0],
+          "--meta", json.dumps({"method": "base", "model": MODEL}), "--rule", "evaluate_base")
+    esopt(wd, "train-es", *cfg, "--benchmark", "sudoku", "--horizon", 2, "--population", 4, "--seed", 0,
+          "--model", BASE, "--out", RUN, "--rule", "train_es")
+    for h, out in ((2, EVALS[1]), (3, EVALS[2])):
+        meta = {"method": "esopt", "model": MODEL, "train_horizon": 2, "population": 4, "seed": 0}
+        esopt(wd, "evaluate", *cfg, "--model", f"{RUN}/model", "--benchmark", "sudoku", "--horizon", h,
+              "--out", out, "--meta", json.dumps(meta), "--rule", "evaluate_es")
+    res = esopt(wd, "publish", *cfg)
+    assert "published 11 file(s) to" in res.stdout, res.stdout
+    return wd
+
+
+@pytest.fixture
+def fresh(sitting, tmp_path) -> Path:
+    """Sitting 2: a fresh checkout (no results/) with sitting 1's published/ committed."""
+    wd = copy_workflow(tmp_path / "repo")
+    shutil.copytree(sitting / "published", wd / "published")
+    return wd
+
+
+def test_publish_copies_the_compact_outputs_with_a_manifest(sitting):
+    pub = sitting / "published" / "smoke"
+    files = sorted(p.relative_to(pub).as_posix() for p in pub.rglob("*") if p.is_file())
+    run = RUN.removeprefix("results/")
+    # 3 evaluations + their records, the ES run's history, metrics, budget and record, the base's record
+    assert files == sorted([MANIFEST, *(e.removeprefix("results/") for e in EVALS),
+                            *(e.removeprefix("results/").replace(".json", ".provenance.json") for e in EVALS),
+                            f"{run}/history.json", f"{run}/metrics.jsonl", f"{run}/budget.json",
+                            f"{run}/provenance.json", f"models/{MODEL}/provenance.json"])
+    # never weights, checkpoints or trajectories
+    assert not any("model/" in f or "trajectories" in f or f.endswith(".safetensors") for f in files)
+    manifest = json.loads((pub / MANIFEST).read_text())
+    rec = json.loads((sitting / RUN / "provenance.json").read_text())
+    entry = manifest["files"][f"{run}/history.json"]
+    assert entry["kind"] == "history" and entry["record"] == f"{run}/provenance.json"
+    assert entry["commit"] == rec["git"]["commit"] and entry["config_sha256"] == rec["config_sha256"]
+    assert manifest["command"] == ["esopt", "publish", "--config", "config/smoke.yaml"]
+    assert manifest["root"] == "../.." and manifest["results"] == "results"
+    for rel, e in manifest["files"].items():
+        assert (pub / rel).read_bytes() == (sitting / "results" / rel).read_bytes(), rel
+        assert e["sha256"] == hashlib.sha256((pub / rel).read_bytes()).hexdigest()
+
+
+def test_publishing_again_changes_nothing(sitting):
+    manifest = sitting / "published" / "smoke" / MANIFEST
+    before = (manifest.read_bytes(), manifest.stat().st_mtime_ns)
+    res = esopt(sitting, "publish", "--config", "config/smoke.yaml")
+    assert "published 0 file(s)" in res.stdout and "11 already there, unchanged" in res.stdout
+    assert (manifest.read_bytes(), manifest.stat().st_mtime_ns) == before
+
+
+def test_published_jobs_are_not_scheduled_again(fresh):
+    res = smk(fresh, "config/smoke.yaml", "-n", "results/tables/sudoku_es.csv", "results/checks/smoke-qwen35.json")
+    jobs = planned(res)
+    # the base at H*=2 and the H*=2 run (trained, evaluated at both horizons) come from published/;
+    # the base at H*=3 and the H*=3 run and its evaluations remain (and the base model they need)
+    assert jobs == {"build_model": 1, "evaluate_base": 1, "train_es": 1, "evaluate_es": 2, "report_sudoku": 1,
+                    "check_models": 1, "total": 7}
+    published = [f"published/smoke/{e.removeprefix('results/')}" for e in EVALS]
+    assert [p for p in rule_inputs(res, "report_sudoku") if "/eval/" in p] == [
+        published[0], f"results/eval/{MODEL}/base/h3.json", *published[1:],
+        f"results/eval/{MODEL}/es/h3_g4_s0/h2.json", f"results/eval/{MODEL}/es/h3_g4_s0/h3.json"]
+    assert rule_inputs(res, "check_models")[1] == f"published/smoke/eval/{MODEL}/base/h2.json"
+
+
+def test_a_changed_setting_makes_the_published_job_stale(fresh):
+    cfg = yaml.safe_load((fresh / "config/smoke.yaml").read_text())
+    cfg["es"]["alpha"] = 0.02  # train-es reads it; the base evaluation does not
+    (fresh / "config/changed.yaml").write_text(yaml.safe_dump(cfg))
+    jobs = planned(smk(fresh, "config/changed.yaml", "-n", "results/tables/sudoku_es.csv"))
+    # both ES runs train again and every ES evaluation runs (their upstream run is stale); the base's stays
+    assert jobs == {"build_model": 1, "evaluate_base": 1, "train_es": 2, "evaluate_es": 4, "report_sudoku": 1,
+                    "total": 9}
+    config = load_config(fresh / "config/changed.yaml")
+    tree = PublishedTree.open(fresh / "published/smoke")
+    run = RUN.removeprefix("results/")
+    assert stale_settings(json.loads((fresh / "published/smoke" / run / "provenance.json").read_text()), config) \
+        == "settings differ at es.alpha"
+    assert "es.alpha" in stale(tree, EVALS[1].removeprefix("results/").replace(".json", ".provenance.json"), config)
+    assert stale(tree, EVALS[0].removeprefix("results/").replace(".json", ".provenance.json"), config) is None
+    inputs = PipelineInputs(config, fresh)
+    assert [inputs(e) for e in EVALS] == [f"published/smoke/{EVALS[0].removeprefix('results/')}", *EVALS[1:]]
+    # use: false ignores published results
+    off = load_config(fresh / "config/smoke.yaml") | {"published": {"dir": "published", "use": False}}
+    assert PipelineInputs(off, fresh)(EVALS[0]) == EVALS[0]
+
+
+def test_an_edited_published_file_is_not_used_and_fails_the_audit(fresh, capsys, monkeypatch):
+    from esopt.cli import audit as audit_cli
+
+    ev = fresh / "published/smoke" / EVALS[0].removeprefix("results/")
+    summary = json.loads(ev.read_text())
+    summary["success_rate"] = 1.0
+    ev.write_text(json.dumps(summary))
+    assert PipelineInputs(load_config(fresh / "config/smoke.yaml"), fresh)(EVALS[0]) == EVALS[0]
+    monkeypatch.chdir(fresh)
+    rc = audit_cli.main(["published/smoke", "-q"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "manifest      published/smoke: 1 of 11 listed file(s) differ from MANIFEST.json" in out
+    assert f"✗ output        {EVALS[0]}: sha256 recorded" in out
+
+
+def test_audit_of_the_published_tree(sitting, fresh, capsys, monkeypatch):
+    from esopt.cli import audit as audit_cli
+
+    # a fresh checkout: no base model, so no replay, said so; RL-free, so every weight note is ES's
+    monkeypatch.chdir(fresh)
+    rc = audit_cli.main(["published/smoke", "--json", "audit.json"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    checks = json.loads((fresh / "audit.json").read_text())["checks"]
+    by = lambda name: [c for c in checks if c["name"] == name]
+    assert [c["status"] for c in by("manifest")] == ["ok"] and [c["status"] for c in by("commit")] == ["ok"]
+    assert {c["status"] for c in by("config-file")} <= {"ok", "note"}
+    replay = by("replay")
+    assert len(replay) == 1 and replay[0]["status"] == "skip" and "base model not present" in replay[0]["detail"]
+    saved = by("saved-weights")
+    assert len(saved) == 1 and saved[0]["status"] == "note" and "not published" in saved[0]["detail"]
+    assert {c["status"] for c in by("history") + by("updates") + by("metrics") + by("budget")} == {"ok"}
+    # in sitting 1's checkout the base model is there: the history replays onto it, bit for bit
+    monkeypatch.chdir(sitting)
+    rc = audit_cli.main(["published/smoke", "--json", "audit.json"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    replay = [c for c in json.loads((sitting / "audit.json").read_text())["checks"] if c["name"] == "replay"]
+    assert [c["status"] for c in replay] == ["ok"], replay
+    (sitting / "audit.json").unlink()
+
+
+@pytest.mark.pipeline
+def test_a_grid_run_in_pieces_ends_complete(tmp_path):
+    """Sitting 1 runs part of a small grid and publishes; sitting 2, on a fresh copy with the
+    published results, runs only what is missing, builds every table, publishes; a third
+    fresh copy has nothing to train: only the reports (and the base's check) run."""
+    cfg = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())
+    cfg["sudoku"]["horizons"] = [2]
+    cfg["es"]["variants"] = {"vanilla": {"horizons": None, "sigma": {"schedule": "constant"}}}
+    cfg["rl"]["methods"] = ["grpo"]
+    for block in ("population_study", "memory", "tool_agents", "web", "ahd"):
+        cfg.pop(block, None)
+    config = "config/pieces.yaml"
+
+    one = copy_workflow(tmp_path / "one")
+    (one / config).write_text(yaml.safe_dump(cfg))
+    smk(one, config, f"results/eval/{MODEL}/base/h2.json", f"results/eval/{MODEL}/es/h2_g4_s0/h2.json")
+    assert "published 9 file(s)" in esopt(one, "publish", "--config", config).stdout
+
+    two = copy_workflow(tmp_path / "two")
+    (two / config).write_text(yaml.safe_dump(cfg))
+    shutil.copytree(one / "published", two / "published")
+    jobs = planned(smk(two, config, "-n"))
+    assert "evaluate_base" not in jobs and jobs["train_es"] == 1 and jobs["evaluate_es"] == 1  # vanilla's only
+    smk(two, config)
+    tables = json.loads((two / "results/tables/sudoku_es.provenance.json").read_text())["inputs"]
+    assert f"published/smoke/eval/{MODEL}/es/h2_g4_s0/h2.json" in tables  # the notebook read the published copy
+    esopt(two, "publish", "--config", config)
+    assert esopt(two, "audit", "published/smoke", "-q").returncode == 0
+    assert esopt(two, "audit", "results/tables", "--upstream", "-q").returncode == 0
+
+    three = copy_workflow(tmp_path / "three")
+    (three / config).write_text(yaml.safe_dump(cfg))
+    shutil.copytree(two / "published", three / "published")
+    jobs = planned(smk(three, config, "-n"))
+    assert not {"build_model", "train_es", "train_rl", "evaluate_base", "evaluate_es", "evaluate_rl"} & set(jobs), jobs
+    smk(three, config)
+    assert (three / "results/tables/sudoku_methods.csv").stat().st_size > 0

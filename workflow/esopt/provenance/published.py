@@ -1,0 +1,371 @@
+"""Published results: a config's compact outputs, committed into the repository.
+
+A long grid outlives one sitting, and results/ does not (a fresh clone each time).
+`esopt publish` copies the compact outputs of every finished job of a config from
+results/ into published/NAME/ (config `published.dir` and `name`), at the paths they had
+under results/, with a MANIFEST.json; the Snakemake rules then read a job's published
+copy instead of running it, while the job's settings are what the config asks for, and
+`esopt audit` checks published trees.
+
+Compact: provenance records, evaluations, ES histories, metrics, budgets, check and
+memory results, report tables. Never model weights (an ES run's are replayed from its
+base model and history.json; an RL run's cannot be), optimizer checkpoints, trajectories,
+figures or notebooks. Staleness follows the rerun map (esopt.provenance.jobs.settings,
+what the rules pass as params): a published job is used only while its settings, and
+those of every upstream job whose record it lists among its inputs, equal the config's.
+No torch here: the Snakefile imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from esopt.io import atomic_path, sha256_file, write_json_atomic
+from esopt.provenance import jobs
+from esopt.provenance.find import (
+    FORMAT,
+    MANIFEST,
+    PublishedTree,
+    _abs,
+    _read_record,
+    flag_value,
+    infer_root,
+    is_provenance_file,
+    records_under,
+)
+
+REQUIRED = ("command", "config", "config_sha256", "inputs", "outputs", "end")  # a record is written last: complete
+# compact files of training and search runs, by name, and the kind publish counts them as
+COMPACT_NAMES = {"history.json": "history", "metrics.jsonl": "metrics", "budget.json": "budget",
+                 "result.json": "result", "skill.md": "skill", "skill_history.jsonl": "skill history"}
+RESULT_KINDS = {"evaluate": "evaluation", "check-models": "check", "memory": "memory"}
+WEIGHTS_NOTE = {"train-es": "ES weights are not published: the replay rebuilds them from the base model and history.json",
+                "train-rl": "RL weights are not published, and an RL run cannot be replayed: its record, metrics and "
+                            "budget are checked, its trained weights are not"}
+
+
+def published_dir(config: dict[str, Any], workdir: str | os.PathLike = ".") -> Path:
+    """published/NAME/ of a validated config (config `published.dir`), under the working directory."""
+    return Path(workdir) / config["published"]["dir"] / config["name"]
+
+
+def not_published(path: str | os.PathLike) -> str:
+    """Why an output a record lists is left out of a published tree."""
+    p = Path(path)
+    if "model" in p.parts[:-1] or p.suffix in (".safetensors", ".bin"):
+        return "model weights"
+    if "models" in p.parts[:-1]:
+        return "a model build's files (build_model makes them again)"
+    if "trajectories" in p.parts[:-1] or p.name.endswith(".trajectories.jsonl"):
+        return "trajectories"
+    if p.name == "checkpoint.pt":
+        return "optimizer checkpoint"
+    if p.suffix == ".png":
+        return "figure (redrawn by the report rules)"
+    if p.suffix == ".ipynb":
+        return "executed notebook"
+    return "not a compact output"
+
+
+def compact_kind(rec: dict[str, Any], output: str | os.PathLike) -> str | None:
+    """The kind of a recorded output that is published (evaluation, history, ...), or None."""
+    p, cmd = Path(output), str(rec.get("command") or "")
+    if is_provenance_file(p):
+        return "record"
+    if "model" in p.parts[:-1] or "trajectories" in p.parts[:-1]:
+        return None
+    if cmd in RESULT_KINDS and p.suffix == ".json" and not p.name.endswith(".trajectories.jsonl"):
+        return RESULT_KINDS[cmd]
+    if cmd.startswith("notebook:") and p.suffix == ".csv":
+        return "table"
+    return COMPACT_NAMES.get(p.name)
+
+
+def stale_settings(rec: dict[str, Any], config: dict[str, Any]) -> str | None:
+    """Why a record's job would run again under `config` (its settings differ, or the config
+    has no such job), or None when its settings are the config's. Reports (no config) are
+    never stale by settings: their inputs are."""
+    if rec.get("command") not in jobs.JOBS:
+        return None
+    try:
+        then = jobs.record_settings(rec, rec["config"])
+        now = jobs.record_settings(rec, config)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        return f"not a job of this config ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+    if then != now:
+        diff = _differing_keys(then, now)
+        return "settings differ at " + ", ".join(diff[:3]) + (f" (+{len(diff) - 3} more)" if len(diff) > 3 else "")
+    return None
+
+
+def _differing_keys(a: Any, b: Any, path: str = "") -> list[str]:
+    """The dotted keys where two settings differ (the audit's config-file check shows the values)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [k for key in sorted(set(a) | set(b), key=str)
+                for k in (_differing_keys(a.get(key), b.get(key), f"{path}.{key}" if path else str(key))
+                          if key in a and key in b else [f"{path}.{key}" if path else str(key)])]
+    return [] if a == b else [path or "(settings)"]
+
+
+def git_commit_exists(commit: str, cwd: str | os.PathLike | None = None) -> bool:
+    """Whether the repository at cwd has this commit (`git cat-file -e COMMIT^{commit}`)."""
+    try:
+        return subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=cwd,
+                              capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+def _head(cwd: str | os.PathLike | None = None) -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
+                              check=True).stdout.strip() or None
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def stale(tree: PublishedTree, record_rel: str, config: dict[str, Any],
+          cache: dict[str, str | None] | None = None, _seen: tuple[str, ...] = ()) -> str | None:
+    """Why the published job whose record is `record_rel` would run again under config (its
+    settings, or an upstream job's whose record it lists as an input, differ; an upstream
+    record that is not published), or None when it is fresh. `cache`: answers so far."""
+    cache = {} if cache is None else cache
+    if record_rel in cache:
+        return cache[record_rel]
+    rec = _read_record(tree.dir / record_rel)
+    why = "its record is not readable" if rec is None else stale_settings(rec, config)
+    if why is None and rec is not None:
+        for p in rec.get("inputs") or {}:
+            up = tree.rel(p)
+            if up is None or not is_provenance_file(Path(p)) or up in _seen:
+                continue
+            if up not in tree.files:
+                why = f"its upstream record {p} is not published"
+            elif (w := stale(tree, up, config, cache, (*_seen, record_rel))) is not None:
+                why = f"upstream {p}: {w}"
+            if why:
+                break
+    cache[record_rel] = why
+    return why
+
+
+def fresh_copy(tree: PublishedTree, results_path: str, config: dict[str, Any],
+               cache: dict[str, str | None] | None = None) -> Path | None:
+    """The published copy of a results/ file, when it is intact (its manifest hash) and its
+    job is fresh for config; else None (the job runs as usual)."""
+    rel = tree.rel(results_path)
+    entry = tree.files.get(rel) if rel is not None else None
+    if entry is None:
+        return None
+    f = tree.dir / rel
+    if not f.is_file() or sha256_file(f) != entry["sha256"] or stale(tree, entry["record"], config, cache) is not None:
+        return None
+    return f
+
+
+class PipelineInputs:
+    """What the report rules read (workflow/rules/common.smk: `result(path)`): a results/
+    path, or its published copy when that is fresh for the config (config `published`)."""
+
+    def __init__(self, config: dict[str, Any], workdir: str | os.PathLike = "."):
+        self.config = config
+        d = published_dir(config, workdir)
+        self.tree = PublishedTree.open(d) if config["published"]["use"] else None
+        self.shown = Path(config["published"]["dir"]) / config["name"]
+        self.used: list[str] = []
+        self._stale: dict[str, str | None] = {}
+
+    def __call__(self, results_path: str) -> str:
+        if self.tree is None:
+            return results_path
+        f = fresh_copy(self.tree, results_path, self.config, self._stale)
+        if f is None:
+            return results_path
+        self.used.append(results_path)
+        return str(self.shown / self.tree.rel(results_path))
+
+
+# ---------------------------------------------------------------- esopt publish
+
+
+@dataclass
+class PublishReport:
+    to: Path
+    published: Counter = field(default_factory=Counter)  # kind -> files copied (new or replacing a stale copy)
+    unchanged: int = 0  # files already published, identical
+    kept: list[str] = field(default_factory=list)  # records of jobs whose fresh published copy stays
+    skipped: dict[str, list[str]] = field(default_factory=dict)  # reason -> records
+
+    def skip(self, why: str, rec: str) -> None:
+        self.skipped.setdefault(why, []).append(rec)
+
+    def lines(self) -> list[str]:
+        n = sum(self.published.values())
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.published.items()))
+        out = [f"published {n} file(s) to {self.to}" + (f": {kinds}" if kinds else "")
+               + f"; {self.unchanged} already there, unchanged"]
+        if self.kept:
+            out.append(f"kept {len(self.kept)} published job(s) whose copy in results/ is another run of the same "
+                       f"settings (the first finished copy stays): {', '.join(self.kept[:3])}"
+                       + (" ..." if len(self.kept) > 3 else ""))
+        for why, recs in sorted(self.skipped.items()):
+            out.append(f"not published, {why}: {len(recs)} record(s): {', '.join(recs[:3])}"
+                       + (" ..." if len(recs) > 3 else ""))
+        return out
+
+
+@dataclass
+class _Job:
+    prov: Path  # the record in results/
+    rel: str  # the record's path under results/
+    rec: dict[str, Any]
+    files: dict[str, tuple[Path, str, str]]  # rel -> (source, sha256, kind)
+    upstream: list[str]  # the paths under results/ of the upstream records among its inputs
+
+
+def _candidate(prov: Path, results: Path, config: dict[str, Any], report: PublishReport) -> _Job | None:
+    """A finished job of this config in results/, with the compact files it publishes."""
+    shown = prov.relative_to(results).as_posix()
+    rec = _read_record(prov)
+    if rec is None or any(k not in rec for k in REQUIRED) or not isinstance(rec["outputs"], dict):
+        report.skip("unfinished or unreadable record", shown)
+        return None
+    cmd = str(rec["command"])
+    report_job = cmd.startswith("notebook:")
+    if cmd not in jobs.JOBS and not report_job:
+        report.skip("not a pipeline job", shown)
+        return None
+    if not report_job and (rec["config"] or {}).get("name") != config["name"]:
+        report.skip(f"another config than {config['name']!r}", shown)
+        return None
+    if stale_settings(rec, config) is not None:
+        report.skip("stale (the config asks for other settings)", shown)
+        return None
+    root = infer_root(prov, rec) or Path.cwd()
+    files: dict[str, tuple[Path, str, str]] = {}
+    for key, want in rec["outputs"].items():
+        src = _abs(key if Path(key).is_absolute() else root / key)
+        try:
+            rel = src.relative_to(results).as_posix()
+        except ValueError:
+            continue
+        kind = compact_kind(rec, key)
+        if kind is None:
+            continue
+        if not src.is_file() or sha256_file(src) != want:
+            report.skip("an output differs from its record", shown)
+            return None
+        files[rel] = (src, want, kind)
+    files[shown] = (prov, sha256_file(prov), "record")
+    upstream = []
+    for p in rec["inputs"]:
+        q = _abs(p if Path(p).is_absolute() else root / p)
+        if is_provenance_file(q) and results in q.parents:
+            upstream.append(q.relative_to(results).as_posix())
+    return _Job(prov, shown, rec, files, upstream)
+
+
+def _chain_agrees(job: _Job, up: dict[str, Any], up_root: Path, root: Path) -> bool:
+    """The files an upstream record produced agree with the hashes this job took of them
+    (a rerun of the upstream job in another sitting made the same model)."""
+    made = {_abs(up_root / q): h for q, h in (up.get("outputs") or {}).items() if not Path(q).is_absolute()}
+    made |= {_abs(up_root / q): h for q, h in _weights_of(up).items()}
+    mine = {_abs(root / q): h for q, h in job.rec["inputs"].items() if not Path(q).is_absolute()}
+    return all(made[f] == mine[f] for f in made.keys() & mine.keys())
+
+
+def _weights_of(rec: dict[str, Any]) -> dict[str, str]:
+    """build-model records that list only weights.sha256.json: their weight files, by recorded path."""
+    if rec.get("command") != "build-model" or not isinstance(rec.get("weights_sha256"), dict):
+        return {}
+    out = flag_value([str(a) for a in rec.get("argv") or []], "--out")
+    return {str(Path(out) / f): h for f, h in rec["weights_sha256"].items()} if out else {}
+
+
+def publish(config: dict[str, Any], config_path: str | os.PathLike, results: str | os.PathLike = "results",
+            to: str | os.PathLike | None = None, argv: list[str] | None = None) -> PublishReport:
+    """Copy the compact outputs of every finished, fresh job of `config` from results/ into
+    `to` (default published/NAME/), atomically, then write its MANIFEST.json. Idempotent:
+    files already published unchanged are left alone; a job whose published copy is fresh
+    keeps it (a rerun in a later sitting differs only in timings); a stale copy is replaced.
+    A job is published once every upstream record it lists is published or published with it."""
+    results = _abs(results)
+    if not results.is_dir():
+        raise FileNotFoundError(f"--results {results}: no such directory")
+    to = _abs(to) if to is not None else _abs(published_dir(config))
+    report = PublishReport(to)
+    tree = PublishedTree.open(to) or PublishedTree(to, {"format": FORMAT, "config": config["name"], "files": {}})
+    root = Path.cwd()
+    tree.manifest["root"] = os.path.relpath(root, to)
+    tree.manifest["results"] = os.path.relpath(results, root)
+    candidates = [j for p in records_under(results) if (j := _candidate(p, results, config, report)) is not None]
+    # reports last: their inputs are the jobs' files, published first
+    candidates.sort(key=lambda j: str(j.rec["command"]).startswith("notebook:"))
+    by_rel = {j.rel: j for j in candidates}
+    changed: dict[str, tuple[Path, dict[str, Any]]] = {}  # rel -> (source, manifest entry)
+    known: dict[str, str | None] = {}  # staleness of published records, as found
+    done: set[str] = set()
+
+    def place(job: _Job, seen: tuple[str, ...] = ()) -> bool:
+        """Publish a job after its upstream records; False when it cannot be."""
+        if job.rel in done:
+            return True
+        for up_rel in job.upstream:
+            if up_rel in by_rel and up_rel not in seen and not place(by_rel[up_rel], (*seen, job.rel)):
+                report.skip("its upstream job is not published", job.rel)
+                return False
+            if up_rel not in tree.files and up_rel not in changed:
+                report.skip("its upstream record is neither finished in results/ nor published", job.rel)
+                return False
+            up = _read_record(changed[up_rel][0] if up_rel in changed else tree.dir / up_rel) or {}
+            up_root = infer_root(changed[up_rel][0], up) if up_rel in changed else tree.root
+            if not _chain_agrees(job, up, up_root or root, infer_root(job.prov, job.rec) or root):
+                report.skip("made from another run of its upstream job than the published one (remove the "
+                            "published copy to replace both)", job.rel)
+                return False
+        existing = tree.files.get(job.rel)
+        if existing is not None and stale(tree, job.rel, config, known) is None:
+            if all(tree.files.get(r, {}).get("sha256") == sha for r, (_, sha, _) in job.files.items()):
+                report.unchanged += len(job.files)
+            else:
+                report.kept.append(job.rel)
+            done.add(job.rel)
+            return True
+        git = job.rec.get("git") or {}
+        for rel, (src, sha, kind) in job.files.items():
+            if tree.files.get(rel, {}).get("sha256") == sha:
+                report.unchanged += 1
+                continue
+            changed[rel] = (src, {"sha256": sha, "kind": kind, "record": job.rel, "commit": git.get("commit"),
+                                  "dirty": git.get("dirty"), "config_sha256": job.rec["config_sha256"]})
+            report.published[kind] += 1
+        done.add(job.rel)
+        return True
+
+    for job in candidates:
+        if job.rec["command"].startswith("notebook:"):
+            # a report of this config: each input is a result published here (now or before)
+            mine = Path(config["published"]["dir"]) / config["name"]
+            outside = [q for q in job.rec["inputs"] if not Path(q).is_relative_to(mine)
+                       and ((r := tree.rel(q)) is None or (r not in tree.files and r not in changed))]
+            if outside:
+                report.skip("a report whose inputs are not all this config's published results", job.rel)
+                continue
+        place(job)
+    if changed:
+        for rel, (src, entry) in sorted(changed.items()):
+            with atomic_path(tree.dir / rel) as tmp:
+                shutil.copyfile(src, tmp)
+            tree.files[rel] = entry
+        tree.manifest.update(config_path=str(config_path), command=argv if argv is not None else sys.argv,
+                             commit=_head(root))
+        tree.manifest["files"] = dict(sorted(tree.files.items()))
+        write_json_atomic(tree.dir / MANIFEST, tree.manifest)
+    return report
