@@ -17,7 +17,6 @@ published outputs instead of running them (docs/pipeline.md#running-a-grid-in-pi
 from __future__ import annotations
 
 import argparse
-import sys
 
 from esopt.cli.common import run_main, setup
 
@@ -26,8 +25,9 @@ def main_fn(args: argparse.Namespace) -> int:
     cfg = setup(args.config)
     from esopt.provenance.published import publish
 
-    report = publish(cfg, args.config, results=args.results, to=args.to, argv=["esopt", "publish", *sys.argv[2:]]
-                     if sys.argv[1:2] == ["publish"] else sys.argv)
+    argv = ["esopt", "publish", "--config", args.config] + (["--results", args.results] if args.results != "results" else []) \
+        + (["--to", args.to] if args.to else [])
+    report = publish(cfg, args.config, results=args.results, to=args.to, argv=argv)
     for line in report.lines():
         print(line)
     return 0

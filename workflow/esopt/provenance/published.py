@@ -35,6 +35,7 @@ from esopt.provenance.find import (
     PublishedTree,
     _abs,
     _read_record,
+    display_path,
     flag_value,
     infer_root,
     is_provenance_file,
@@ -209,7 +210,7 @@ class PublishReport:
     def lines(self) -> list[str]:
         n = sum(self.published.values())
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.published.items()))
-        out = [f"published {n} file(s) to {self.to}" + (f": {kinds}" if kinds else "")
+        out = [f"published {n} file(s) to {display_path(self.to)}" + (f": {kinds}" if kinds else "")
                + f"; {self.unchanged} already there, unchanged"]
         if self.kept:
             out.append(f"kept {len(self.kept)} published job(s) whose copy in results/ is another run of the same "
@@ -322,7 +323,8 @@ def publish(config: dict[str, Any], config_path: str | os.PathLike, results: str
                 report.skip("its upstream job is not published", job.rel)
                 return False
             if up_rel not in tree.files and up_rel not in changed:
-                report.skip("its upstream record is neither finished in results/ nor published", job.rel)
+                report.skip("its upstream job is neither published nor publishable (unfinished, stale or "
+                            "not in results/)", job.rel)
                 return False
             up = _read_record(changed[up_rel][0] if up_rel in changed else tree.dir / up_rel) or {}
             up_root = infer_root(changed[up_rel][0], up) if up_rel in changed else tree.root
@@ -331,7 +333,9 @@ def publish(config: dict[str, Any], config_path: str | os.PathLike, results: str
                             "published copy to replace both)", job.rel)
                 return False
         existing = tree.files.get(job.rel)
-        if existing is not None and stale(tree, job.rel, config, known) is None:
+        # a job's fresh published copy stays; a report's is replaced by a newer table (the grid grew)
+        report_job = str(job.rec["command"]).startswith("notebook:")
+        if existing is not None and not report_job and stale(tree, job.rel, config, known) is None:
             if all(tree.files.get(r, {}).get("sha256") == sha for r, (_, sha, _) in job.files.items()):
                 report.unchanged += len(job.files)
             else:
