@@ -182,6 +182,22 @@ def test_a_changed_setting_makes_the_published_job_stale(fresh):
     assert PipelineInputs(off, fresh)(EVALS[0]) == EVALS[0]
 
 
+def test_an_evaluation_of_another_run_of_its_training_job_is_stale(fresh):
+    """A published evaluation whose training run was replaced by another run (other weights) is
+    not used, even though every settings section still matches."""
+    run = fresh / "published/smoke" / RUN.removeprefix("results/") / "provenance.json"
+    rec = json.loads(run.read_text())
+    weights = next(k for k in rec["outputs"] if k.endswith("model/model.safetensors"))
+    rec["outputs"][weights] = "0" * 64  # the run now names other weights than the evaluation read
+    run.write_text(json.dumps(rec))
+    config = load_config(fresh / "config/smoke.yaml")
+    tree = PublishedTree.open(fresh / "published/smoke")
+    why = stale(tree, EVALS[1].removeprefix("results/").replace(".json", ".provenance.json"), config)
+    assert why == f"made from another run of {RUN}/provenance.json than the published one"
+    inputs = PipelineInputs(config, fresh)
+    assert inputs(EVALS[1]) == EVALS[1] and inputs(EVALS[0]) == f"published/smoke/{EVALS[0].removeprefix('results/')}"
+
+
 def test_an_edited_published_file_is_not_used_and_fails_the_audit(fresh, capsys, monkeypatch):
     from esopt.cli import audit as audit_cli
 

@@ -151,6 +151,8 @@ def stale(tree: PublishedTree, record_rel: str, config: dict[str, Any],
                 why = f"its upstream record {p} is not published"
             elif (w := stale(tree, up, config, cache, (*_seen, record_rel))) is not None:
                 why = f"upstream {p}: {w}"
+            elif not chain_agrees(rec, _read_record(tree.dir / up) or {}):
+                why = f"made from another run of {p} than the published one"
             if why:
                 break
     cache[record_rel] = why
@@ -180,7 +182,6 @@ class PipelineInputs:
         d = published_dir(config, workdir)
         self.tree = PublishedTree.open(d) if config["published"]["use"] else None
         self.shown = Path(config["published"]["dir"]) / config["name"]
-        self.used: list[str] = []
         self._stale: dict[str, str | None] = {}
 
     def __call__(self, results_path: str) -> str:
@@ -189,7 +190,6 @@ class PipelineInputs:
         f = fresh_copy(self.tree, results_path, self.config, self._stale)
         if f is None:
             return results_path
-        self.used.append(results_path)
         return str(self.shown / self.tree.rel(results_path))
 
 
@@ -202,6 +202,7 @@ class PublishReport:
     published: Counter = field(default_factory=Counter)  # kind -> files copied (new or replacing a stale copy)
     unchanged: int = 0  # files already published, identical
     kept: list[str] = field(default_factory=list)  # records of jobs whose fresh published copy stays
+    stale: list[str] = field(default_factory=list)  # published records the config would run again
     skipped: dict[str, list[str]] = field(default_factory=dict)  # reason -> records
 
     def skip(self, why: str, rec: str) -> None:
@@ -216,6 +217,10 @@ class PublishReport:
             out.append(f"kept {len(self.kept)} published job(s) whose copy in results/ is another run of the same "
                        f"settings (the first finished copy stays): {', '.join(self.kept[:3])}"
                        + (" ..." if len(self.kept) > 3 else ""))
+        if self.stale:
+            out.append(f"{len(self.stale)} published job(s) are stale for this config (the pipeline does not use "
+                       f"them; publishing their rerun replaces them): {', '.join(self.stale[:3])}"
+                       + (" ..." if len(self.stale) > 3 else ""))
         for why, recs in sorted(self.skipped.items()):
             out.append(f"not published, {why}: {len(recs)} record(s): {', '.join(recs[:3])}"
                        + (" ..." if len(recs) > 3 else ""))
@@ -273,12 +278,12 @@ def _candidate(prov: Path, results: Path, config: dict[str, Any], report: Publis
     return _Job(prov, shown, rec, files, upstream)
 
 
-def _chain_agrees(job: _Job, up: dict[str, Any], up_root: Path, root: Path) -> bool:
-    """The files an upstream record produced agree with the hashes this job took of them
-    (a rerun of the upstream job in another sitting made the same model)."""
-    made = {_abs(up_root / q): h for q, h in (up.get("outputs") or {}).items() if not Path(q).is_absolute()}
-    made |= {_abs(up_root / q): h for q, h in _weights_of(up).items()}
-    mine = {_abs(root / q): h for q, h in job.rec["inputs"].items() if not Path(q).is_absolute()}
+def chain_agrees(rec: dict[str, Any], up: dict[str, Any]) -> bool:
+    """The files an upstream record produced have the hashes this record took of them as
+    inputs (both as recorded, relative to the pipeline's working directory): a rerun of the
+    upstream job in another sitting made the same model, or the record was made from it."""
+    made = {**(up.get("outputs") or {}), **_weights_of(up)}
+    mine = rec.get("inputs") or {}
     return all(made[f] == mine[f] for f in made.keys() & mine.keys())
 
 
@@ -327,15 +332,16 @@ def publish(config: dict[str, Any], config_path: str | os.PathLike, results: str
                             "not in results/)", job.rel)
                 return False
             up = _read_record(changed[up_rel][0] if up_rel in changed else tree.dir / up_rel) or {}
-            up_root = infer_root(changed[up_rel][0], up) if up_rel in changed else tree.root
-            if not _chain_agrees(job, up, up_root or root, infer_root(job.prov, job.rec) or root):
+            if not chain_agrees(job.rec, up):
                 report.skip("made from another run of its upstream job than the published one (remove the "
                             "published copy to replace both)", job.rel)
                 return False
         existing = tree.files.get(job.rel)
         # a job's fresh published copy stays; a report's is replaced by a newer table (the grid grew)
         report_job = str(job.rec["command"]).startswith("notebook:")
-        if existing is not None and not report_job and stale(tree, job.rel, config, known) is None:
+        intact = all((tree.dir / r).is_file() and sha256_file(tree.dir / r) == e["sha256"]
+                     for r, e in tree.files.items() if e.get("record") == job.rel)
+        if existing is not None and not report_job and intact and stale(tree, job.rel, config, known) is None:
             if all(tree.files.get(r, {}).get("sha256") == sha for r, (_, sha, _) in job.files.items()):
                 report.unchanged += len(job.files)
             else:
@@ -344,7 +350,7 @@ def publish(config: dict[str, Any], config_path: str | os.PathLike, results: str
             return True
         git = job.rec.get("git") or {}
         for rel, (src, sha, kind) in job.files.items():
-            if tree.files.get(rel, {}).get("sha256") == sha:
+            if intact and tree.files.get(rel, {}).get("sha256") == sha:
                 report.unchanged += 1
                 continue
             changed[rel] = (src, {"sha256": sha, "kind": kind, "record": job.rel, "commit": git.get("commit"),
@@ -372,4 +378,6 @@ def publish(config: dict[str, Any], config_path: str | os.PathLike, results: str
                              commit=_head(root))
         tree.manifest["files"] = dict(sorted(tree.files.items()))
         write_json_atomic(tree.dir / MANIFEST, tree.manifest)
+    now: dict[str, str | None] = {}
+    report.stale = [r for r, e in tree.files.items() if e["kind"] == "record" and stale(tree, r, config, now)]
     return report
