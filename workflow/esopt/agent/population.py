@@ -85,6 +85,17 @@ def filter_logits(scores: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
     return scores
 
 
+def common_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    """Tokens every prompt starts with (the system prompt and chat markup), leaving each prompt
+    at least one token of its own; 0 below MIN_ROWS tokens, where a matmul of so few rows
+    would run on other kernels (MIN_ROWS)."""
+    first, shortest = prompts[0], min(len(p) for p in prompts)
+    n = 0
+    while n < shortest - 1 and all(p[n] == first[n] for p in prompts):
+        n += 1
+    return n if n >= MIN_ROWS else 0
+
+
 class LowRank(NamedTuple):
     """A matrix as the low-rank variant's members see it: base [m, n] shared by all, and
     member p's perturbation a[p] b[p]ᵀ (a [P, m, r] carries σ·sign/√r; b [P, n, r])."""
@@ -230,8 +241,7 @@ class PopulationEngine:
         cos, sin = self._rotary(pos, h.dtype)
         cos, sin = cos[:, :, None], sin[:, :, None]  # [P, M, 1, T, rot]: broadcast over heads
         keys = torch.arange(self.context)
-        mask = (keys[None, None, None, :] > pos[..., None])  # [P, M, T, C]: True where masked
-        mask = mask[:, :, None, None].expand(P, M, KV, G, T, self.context).reshape(P, M, KV, G * T, self.context)
+        mask = (keys[None, None, None, :] > pos[..., None])[:, :, None, None]  # [P, M, 1, 1, T, C]: True where masked
         index = pos[:, :, None, :, None].expand(P, M, KV, T, hd)
         for i in range(self.layers):
             p = f"model.layers.{i}."
@@ -247,8 +257,9 @@ class PopulationEngine:
             kc.scatter_(3, index, k)
             vc.scatter_(3, index, v)
             # query head j reads key head j // G (transformers' repeat_kv)
-            scores = torch.matmul(q.reshape(P, M, KV, G * T, hd), kc.transpose(-1, -2)) * (hd ** -0.5)
-            probs = scores.masked_fill(mask, float("-inf")).softmax(dim=-1, dtype=torch.float32).to(q.dtype)
+            scores = torch.matmul((q * hd ** -0.5).reshape(P, M, KV, G * T, hd), kc.transpose(-1, -2))
+            scores = scores.view(P, M, KV, G, T, self.context).masked_fill(mask, float("-inf"))
+            probs = scores.softmax(dim=-1, dtype=torch.float32).to(q.dtype).view(P, M, KV, G * T, self.context)
             a = torch.matmul(probs, vc).view(P, M, KV, G, T, hd).permute(0, 1, 4, 2, 3, 5).reshape(P, M, T, H * hd)
             h = h + self._linear(a * torch.sigmoid(gate), w[p + "self_attn.o_proj.weight"])
             x = self._rms(h, w[p + "post_attention_layernorm.weight"])
@@ -286,8 +297,9 @@ class PopulationEngine:
         w = self._weights(slots)
         dtype = self.params["model.embed_tokens.weight"].dtype
         pad = self.tokenizer.pad_token_id
+        shared = common_prefix(prompts)
         ids = torch.full((P, M, longest), pad, dtype=torch.long)
-        lengths = torch.ones((P, M), dtype=torch.long)  # empty rows: one pad token, never read
+        lengths = torch.full((P, M), shared + 1, dtype=torch.long)  # empty rows: pad tokens, never read
         row_seed = torch.zeros((P, M), dtype=torch.int64)
         for g, rows in enumerate(groups):
             for j, r in enumerate(rows):
@@ -298,8 +310,15 @@ class PopulationEngine:
                  for _ in range(self.layers)]
         self.peak_cache_bytes = max(self.peak_cache_bytes, sum(2 * kc.numel() * kc.element_size() for kc, _ in cache))
         pos = torch.arange(longest).expand(P, M, longest)
-        h = self._forward(w, ids, pos, cache)
-        last = (lengths - 1)[:, :, None, None].expand(P, M, 1, h.shape[-1])
+        if shared:  # the prefix every prompt shares, once per member, its keys and values copied to every row
+            prefix = [tuple(torch.zeros((P, 1, self.kv_heads, self.context, self.head_dim), dtype=dtype)
+                            for _ in range(2)) for _ in range(self.layers)]
+            self._forward(w, ids[:, :1, :shared], pos[:, :1, :shared], prefix)
+            for (kc, vc), (kp, vp) in zip(cache, prefix):
+                kc.copy_(kp.expand_as(kc))
+                vc.copy_(vp.expand_as(vc))
+        h = self._forward(w, ids[:, :, shared:], pos[:, :, shared:], cache)
+        last = (lengths - 1 - shared)[:, :, None, None].expand(P, M, 1, h.shape[-1])
         logits = self._logits(w, h.gather(2, last).squeeze(2))  # [P, M, V]
         stops = torch.tensor(self.stop_ids or [-1])
         out = torch.full((P, M, sampling.max_new_tokens), pad, dtype=torch.long)
