@@ -79,7 +79,7 @@ wildcard_constraints:
 # the same map): a job's `settings` param holds the config sections its command reads, and
 # its `code` input the package files the command imports.
 # The conda environment of a job whose rollouts run in the benchmark's engine (config: engine)
-ENGINE_ENVS = {"hf": "../../envs/esopt.yaml", "vllm": "../../envs/vllm.yaml"}
+ENGINE_ENVS = {"hf": "../../envs/esopt.yaml", "population": "../../envs/esopt.yaml", "vllm": "../../envs/vllm.yaml"}
 
 
 def engine_env(benchmark):
