@@ -255,3 +255,43 @@ def test_lowrank_factored_forward_is_the_materialized_member(model):
                                torch.tensor([x for c in b for x in c.logprobs]), rtol=0, atol=1e-4)
     with pytest.raises(RuntimeError, match="captures members' factors"):
         factored.capture(0)
+
+
+def test_lowrank_es_run_batched_records_and_replays(smoke_model):
+    """A low-rank ES run on the factored engine: the history names the variant, and replaying
+    it on the base model (esopt replay's path: history.perturber) ends at the run's weights."""
+    from esopt.config import load_config
+    from esopt.es import ESConfig, ESTrainer
+    from esopt.es.schedule import SigmaSchedule
+    from esopt.hashing import weights_sha256
+    from esopt.runs.episodes import EpisodeSpec, run_episodes, summarize, train_tasks
+    from esopt.spec.sudoku import SudokuEpisodes
+
+    from conftest import SMOKE
+
+    episodes = SudokuEpisodes.from_config(load_config(SMOKE))
+    spec = EpisodeSpec.from_specs(episodes, 2, "sample")
+    cfg = ESConfig(population=4, generations=2, alpha=0.05, sigma=SigmaSchedule("constant", 0.05, total=2),
+                   antithetic=True, perturbation="lowrank", rank=2)
+    m, tok = load_model_and_tokenizer(smoke_model)
+    m = m.float()
+    engine = PopulationEngine(m, tok, slots=4, rank=2)
+
+    class Batched:
+        capture_lowrank = engine.capture_lowrank
+
+        @staticmethod
+        def evaluate(members):
+            tasks = train_tasks(episodes, 2, 6, members[0].task_seed)
+            trajs = run_episodes(engine, tok, spec, 6, seed=members[0].task_seed, split="train",
+                                 tasks=tasks * len(members), members=[k for k in range(len(members)) for _ in tasks])
+            return [(summarize(trajs[6 * k:6 * k + 6])["mean_reward"], {}) for k in range(len(members))]
+
+    history = ESTrainer(m, cfg, lambda member: (0.0, {}), progress=False, batched=Batched()).run()
+    assert history.run["es"]["perturbation"] == "lowrank" and history.run["es"]["rank"] == 2
+    assert any(g.updated for g in history.generations)
+    final = weights_sha256(m)
+    base, _ = load_model_and_tokenizer(smoke_model)
+    base = base.float()
+    history.replay(history.perturber(base))
+    assert weights_sha256(base) == final
