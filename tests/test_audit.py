@@ -322,7 +322,7 @@ def test_config_sections_mirror_the_rules_params():
     view = lambda rec: depends_on(rec)[1](cfg)
     es = lambda *a: {"command": "train-es", "argv": ["esopt", "train-es", "--horizon", "3", *a]}
     assert set(view(es())) == {"es", "sudoku", "agent", "engine"} and "horizons" not in view(es())["sudoku"]
-    assert view(es())["engine"] == {"name": "hf"} and "revert" not in view(es())["es"]  # revert changes no number
+    assert view(es())["engine"] == {"name": "population", "context": 96} and "revert" not in view(es())["es"]  # revert changes no number
     assert view(es())["es"]["sigma"]["schedule"] == "cosine" and "variants" not in view(es())["es"]
     assert view(es("--variant", "vanilla"))["es"]["sigma"]["schedule"] == "constant"
     assert view(es("--variant", "sigmaT0"))["es"]["sigma"]["sigmaT"] == 0.0
