@@ -57,11 +57,11 @@ def test_the_train_es_settings_of_the_tiny_config_are_pinned():
     cfg = load_config(ROOT / "config" / "tiny.yaml")
     h = cfg["sudoku"]["horizons"][0]
     got = jobs.settings("train-es", cfg, horizon=h, variant=None)
-    # perturbation full (the paper's) and its unused rank stay out, so full-rank runs read as before the variant
+    # perturbation full (the paper's), its unused rank and units absolute stay out, so runs read as before
     es = {k: v for k, v in cfg["es"].items()
-          if k not in ("populations", "seeds", "by_horizon", "variants", "revert", "perturbation", "rank")}
+          if k not in ("populations", "seeds", "by_horizon", "variants", "revert", "perturbation", "rank", "units")}
     want = {"es": es, "sudoku": {k: v for k, v in cfg["sudoku"].items() if k != "horizons"}, "agent": cfg["agent"],
-            "engine": {"name": "hf"}} | ({"evaluate": cfg["evaluate"]} if cfg["es"]["eval_every"] else {})
+            "engine": {"name": "population", "context": 96}} | ({"evaluate": cfg["evaluate"]} if cfg["es"]["eval_every"] else {})
     assert json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)
 
 
@@ -79,3 +79,26 @@ def test_a_command_reads_its_config_file_once(monkeypatch):
     assert common.run_main(lambda args: 0 if common.setup(args.config)["es"] else 1, p, ["--config", smoke]) == 0
     assert read == [smoke]
     assert common.run_main(lambda args: 0, p, ["--config", smoke, "--population", "3"]) == 2  # checked before it runs
+
+
+def test_es_units_of_the_weights_scale_resolve_against_the_base():
+    import torch
+
+    from esopt.es.settings import resolve_units
+
+    cfg = load_config(ROOT / "config" / "tiny.yaml")
+    absolute = EsRun.from_config(cfg, 4)
+    assert "units" not in absolute.settings()  # the default leaves the records as they were
+    cfg["es"]["units"] = "weight_scale"
+    relative = EsRun.from_config(cfg, 4).settings()
+    assert relative["units"] == "weight_scale"
+    module = torch.nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        module.weight.copy_(torch.tensor([[0.5, -0.5], [1.0, -2.0]]))  # mean |θ| = 1.0
+        module.weight.mul_(0.02)
+    resolved, scale = resolve_units(relative, module)
+    assert scale == pytest.approx(0.02)
+    assert resolved["alpha"] == pytest.approx(relative["alpha"] * 0.02)
+    assert resolved["sigma"]["sigma0"] == pytest.approx(relative["sigma"]["sigma0"] * 0.02)
+    assert resolved["sigma"]["sigmaT"] == pytest.approx(relative["sigma"]["sigmaT"] * 0.02)
+    assert resolve_units(absolute.settings(), module) == (absolute.settings(), None)

@@ -1,4 +1,5 @@
-"""One ES run's hyperparameters (`ESConfig`) and the seeds they fix: each generation's
+"""One ES run's hyperparameters (`ESConfig`; `resolve_units` turns step size and σ given in
+units of the weights' scale into absolute ones) and the seeds they fix: each generation's
 member seeds and signs, and its task batch seed. The trainer runs them; the history
 checks and replays them."""
 
@@ -6,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any
+
+import torch
 
 from esopt.config import check_even_population
 from esopt.es.rounding import check_rounding
@@ -73,3 +76,15 @@ def member_seeds(cfg: ESConfig, generation: int) -> tuple[list[int], list[int]]:
 def task_seed(cfg: ESConfig, generation: int) -> int:
     """The seed of the task batch that every member of a generation is evaluated on."""
     return derive_seed("tasks", cfg.seed, generation)
+
+
+def resolve_units(es: dict[str, Any], module: torch.nn.Module) -> tuple[dict[str, Any], float | None]:
+    """es settings with alpha and sigma in absolute units, and the scale they were multiplied by:
+    with units weight_scale, the module's mean |θ| over its floating-point parameters (taken on
+    the base weights, before any update); with absolute (or no units key), as given and None."""
+    if es.get("units", "absolute") == "absolute":
+        return es, None
+    params = [p.detach() for p in module.parameters() if p.is_floating_point()]
+    scale = float(sum(p.float().abs().sum() for p in params) / sum(p.numel() for p in params))
+    sigma = {k: (v * scale if k in ("sigma0", "sigmaT") and v is not None else v) for k, v in es["sigma"].items()}
+    return {**es, "alpha": es["alpha"] * scale, "sigma": sigma}, scale

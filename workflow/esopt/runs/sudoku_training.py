@@ -56,6 +56,7 @@ def train_es(es: EsRun, episodes: SudokuEpisodes, evaluation: SudokuEvaluation, 
     from esopt.agent.engines import hf_model_device, open_engine
     from esopt.agent.rollout import kept_steps, write_trajectories
     from esopt.es import ESConfig, ESRun, ESTrainer
+    from esopt.es.settings import resolve_units
     from esopt.models.load import load_model_and_tokenizer
     from esopt.runs.episodes import EpisodeSpec, run_episodes, summarize, train_tasks
     from esopt.runs.periodic import EVALS, EvaluatingESTrainer, PeriodicEval, read_evals, with_evals
@@ -63,7 +64,8 @@ def train_es(es: EsRun, episodes: SudokuEpisodes, evaluation: SudokuEvaluation, 
     horizon = es.horizon
     # with vLLM: the host copy the result is saved from, off the GPU the engine needs
     model, tok = load_model_and_tokenizer(model_dir, device=hf_model_device(engine))
-    es_cfg = ESConfig.from_settings(es.settings(), population, seed)
+    settings, weight_scale = resolve_units(es.settings(), model)  # es.units: weight_scale needs the base
+    es_cfg = ESConfig.from_settings(settings, population, seed)
     policy, engine_record = open_engine(engine, model, tok, model_dir, seed=seed,
                                         slots=len(collective.members(population)),
                                         rank=es_cfg.rank if es_cfg.perturbation == "lowrank" else None)
@@ -113,7 +115,7 @@ def train_es(es: EsRun, episodes: SudokuEpisodes, evaluation: SudokuEvaluation, 
         es_cfg, fitness, history_path=resume_dir / "history.json", trainer_cls=EvaluatingESTrainer if evaluate else ESTrainer,
         run_info={"benchmark": "sudoku", "horizon": horizon, "method": es.method,
                   "base_weights_sha256": weights.base_weights_sha256, "episode": spec.record(),
-                  "tasks_per_member": n_tasks} | pool,
+                  "tasks_per_member": n_tasks} | pool | ({"weight_scale": weight_scale} if weight_scale else {}),
         on_generation=on_generation, collective=collective, **({"evaluate": evaluate} if evaluate else {}),
         batched=Batched() if engine["name"] == "population" else None,
     )

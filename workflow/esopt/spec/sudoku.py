@@ -149,6 +149,7 @@ class EsRun:
     revert: str
     perturbation: str  # full (the paper's) or lowrank (EGGROLL)
     rank: int  # of lowrank perturbations
+    units: str  # absolute, or weight_scale (alpha and sigma as multiples of the base's mean |θ|)
 
     @classmethod
     def from_config(cls, config: Config, horizon: int | None = None, variant: str | None = None) -> EsRun:
@@ -158,7 +159,7 @@ class EsRun:
                    sigma=Sigma.from_block(e["sigma"]), antithetic=e["antithetic"], normalization=e["normalization"],
                    member_decoding=e["member_decoding"], update_rounding=e["update_rounding"],
                    eval_every=e["eval_every"], eval_train=e["eval_train"], revert=e["revert"],
-                   perturbation=e["perturbation"], rank=e["rank"])
+                   perturbation=e["perturbation"], rank=e["rank"], units=e["units"])
 
     @property
     def method(self) -> str:
@@ -171,12 +172,17 @@ class EsRun:
                 "sigma": self.sigma.settings(), "antithetic": self.antithetic, "normalization": self.normalization,
                 "member_decoding": self.member_decoding, "update_rounding": self.update_rounding,
                 "eval_every": self.eval_every, "eval_train": self.eval_train, "revert": self.revert,
-                **self.perturbation_settings()}
+                **self.optional_settings()}
 
-    def perturbation_settings(self) -> dict[str, Any]:
-        """{} for the paper's full-rank noise (so full-rank runs' records read as before), else
-        {perturbation: lowrank, rank: r}."""
-        return {} if self.perturbation == "full" else {"perturbation": self.perturbation, "rank": self.rank}
+    def optional_settings(self) -> dict[str, Any]:
+        """The settings added since the first records, only where they are not their defaults
+        (so the paper's runs read as before): {perturbation: lowrank, rank: r}, {units: weight_scale}."""
+        out: dict[str, Any] = {}
+        if self.perturbation != "full":
+            out |= {"perturbation": self.perturbation, "rank": self.rank}
+        if self.units != "absolute":
+            out["units"] = self.units
+        return out
 
 
 @dataclass(frozen=True)
