@@ -36,7 +36,8 @@ PARAMETERS = {
     "horizon_crossover": ["evals", "budgets", "population", "reference", "table", "figure", "title"],
     "memory": ["memory", "paper", "table", "figure", "title"],
     "training_curves": ["runs", "table", "figure", "title"],
-    "population": ["evals", "reference", "table", "figure", "title"],
+    "population": ["evals", "reference", "table", "figure", "models", "size_horizon", "size_population", "size_table",
+                   "title"],
     "sigma_ablation": ["evals", "horizon", "reference", "table", "figure", "title"],
     "wall_clock": ["budgets", "reference", "table", "figure", "title"],
     "tool_agents": ["evals", "columns", "reference", "table", "figure", "title"],
@@ -339,6 +340,27 @@ def test_population_table(tree):
     assert base.population.isna().all() and base.success_mean.tolist() == pytest.approx([0.7, 0.2])
 
 
+def test_size_table_gains_and_their_growth(tmp_path):
+    from esopt.report.population import size_table
+
+    for model, base, es in (("s", 0.40, [0.41, 0.42, 0.40]), ("m", 0.40, [0.46, 0.47, 0.45]), ("l", 0.5, [0.6])):
+        write_eval(tmp_path, model, "base", "", 4, base)
+        for seed, x in enumerate(es):
+            write_eval(tmp_path, model, "esopt", f"h4_g16_s{seed}", 4, x, train_horizon=4, population=16, seed=seed)
+    evals = load_population_evals(rel(tmp_path, "results/eval/*/*/h4.json") + rel(tmp_path, "results/eval/*/*/*/h4.json"))
+    t = size_table(evals, ["s", "m"], 4, 16).set_index("model")
+    assert t.loc["s"].gain == pytest.approx(0.01) and t.loc["m"].gain == pytest.approx(0.06)
+    se_m = math.sqrt(pd.Series([0.46, 0.47, 0.45]).var(ddof=1) / 3 + sum(x * (1 - x) / 512 for x in (0.46, 0.47, 0.45)) / 9
+                     + 0.4 * 0.6 / 512)
+    assert t.loc["m"].ci_high - t.loc["m"].gain == pytest.approx(4.303 * se_m)  # t with 2 degrees of freedom
+    growth = t.loc["m - s"]
+    assert growth.comparison == "gain growth" and growth.gain == pytest.approx(0.05) and growth.seeds == "3/3"
+    assert growth.verdict == ("reproduced" if growth.ci_low > 0 else "undecided")
+    one = size_table(evals, ["s", "l"], 4, 16).set_index("model")  # one seed: no interval
+    assert math.isnan(one.loc["l"].ci_low) and one.loc["l - s"].verdict == "undecided"
+    assert size_table(evals, ["absent"], 4, 16).empty
+
+
 def test_model_of_falls_back_to_the_model_path(tmp_path):
     rec = {"meta": {"method": "esopt"}, "model": "results/train/es/m9b/sudoku/h4_g8_s0/model"}
     assert model_of(tmp_path / "x.json", rec) == "m9b"
@@ -471,7 +493,9 @@ def notebook_params(root: Path, out: Path) -> dict[str, dict]:
         "training_curves": {"runs": [str(p.relative_to(root)) for p in
                                      sorted((root / "results/train").glob("*/tiny-qwen35/sudoku/*"))],
                             **common("training_curves")},
-        "population": {"evals": ev("results/eval/*/es/*/h4.json"), "reference": {"tiny-qwen35": {8: 2.95, 16: 22.92}},
+        "population": {"evals": ev("results/eval/*/es/*/h4.json") + ev("results/eval/*/base/h4.json"),
+                       "reference": {"tiny-qwen35": {8: 2.95, 16: 22.92}}, "models": ["tiny-qwen35", "small-qwen35"],
+                       "size_horizon": 4, "size_population": 16, "size_table": f"{out}/model_size.csv",
                        **common("population")},
         "sigma_ablation": {"evals": ev("results/eval/tiny-qwen35/es*/*/h4.json"), "horizon": 4,
                            "reference": {"esopt": 53.13, "es_sigmaT0": 28.13}, **common("sigma_ablation")},

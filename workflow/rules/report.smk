@@ -85,10 +85,15 @@ rule report_population:
     output:
         table=report(f"{R}/tables/population.csv", caption="../report/population.rst", category="Population"),
         figure=report(f"{R}/figures/population.png", caption="../report/population.rst", category="Population"),
+        size=report(f"{R}/tables/model_size.csv", caption="../report/population.rst", category="Population"),
         provenance=report(f"{R}/tables/population.provenance.json", caption="../report/provenance.rst", category="Provenance"),
     params:
         nb=papermill_params(evals=lambda i, o: list(i.evals), reference=reference("population"),
-                            table=lambda i, o: o.table, figure=lambda i, o: o.figure, title=TITLE),
+                            table=lambda i, o: o.table, figure=lambda i, o: o.figure, title=TITLE,
+                            models=[MODEL] + [m["name"] for m in STUDY.get("models", [])],
+                            size_horizon=max(STUDY.get("horizons") or HORIZONS),
+                            size_population=max(STUDY.get("populations") or POPULATIONS),
+                            size_table=lambda i, o: o.size),
     log:
         notebook=f"{R}/notebooks/population.ipynb",
         stdout=f"{LOGS}/report_population.log",
