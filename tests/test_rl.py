@@ -99,9 +99,15 @@ def test_loss_mask_covers_exactly_the_generated_tokens(smoke, history_turns):
             assert s["mask"][pos] == 1 and (pos + 1 == len(s["ids"]) or s["mask"][pos + 1] == 0)
 
 
-def test_sampling_logprobs_match_a_training_forward(smoke):
+@pytest.mark.parametrize("engine", ["hf", "population"])
+def test_sampling_logprobs_match_a_training_forward(smoke, engine):
+    """The rollouts' log-probs are the training forward's, on HF generate and on the population
+    engine over the policy's own weights (the RL rollouts where engine.sudoku is population)."""
+    from esopt.agent.population import PopulationEngine
+
     model, tok = smoke
-    trajs = episodes(model, tok, None, n=3)
+    policy = model if engine == "hf" else PopulationEngine(model, tok, slots=1)
+    trajs = episodes(policy, tok, None, n=3)
     batch = collate(trajs, tok.pad_token_id)
     with torch.no_grad():
         lp = token_logprobs(model, batch["input_ids"], batch["attention_mask"], temperature=0.7)

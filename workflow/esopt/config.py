@@ -392,6 +392,14 @@ def engine_settings(c: dict[str, Any], benchmark: str) -> dict[str, Any]:
     return {"name": name, **(e.get(name) or {})} if name in ("vllm", "population") else {"name": name}
 
 
+def rl_engine_settings(c: dict[str, Any]) -> dict[str, Any]:
+    """The engine of the RL baselines' rollouts: the population engine where Sudoku's is
+    (its log-probs are the full softmax the losses need), else {name: hf} (vLLM returns
+    filtered log-probs, docs/engine.md)."""
+    e = engine_settings(c, "sudoku")
+    return e if e["name"] == "population" else {"name": "hf"}
+
+
 def rl_settings(c: dict[str, Any]) -> dict[str, Any]:
     """rl without the grid (methods, seeds); {} without an rl block (esopt.spec.sudoku.RlRun types it)."""
     return without(section(c, "rl"), ("methods", "seeds"))

@@ -38,6 +38,7 @@ def main_fn(args: argparse.Namespace) -> int:
         raise ValueError(f"--sampling {args.sampling!r}: expected one of {sorted(SAMPLING_PROFILES)}")
     if "rl" not in cfg:
         raise ValueError(f"{args.config} has no `rl` block")
+    from esopt.config import rl_engine_settings
     from esopt.es.distributed import from_config
     from esopt.spec.sudoku import RlRun, SudokuEpisodes
 
@@ -50,7 +51,7 @@ def main_fn(args: argparse.Namespace) -> int:
         prov = Provenance("train-rl", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                           seeds={"rl": args.seed}, inputs=[args.config, args.model])
         result = train_rl(rl, episodes, cfg["model"]["dtype"], args.model, args.algo, args.sampling, args.horizon,
-                          args.seed, run.resume, run.trajectories, collective)
+                          args.seed, run.resume, run.trajectories, collective, engine=rl_engine_settings(cfg))
         if collective.is_main:
             # Publish atomically; provenance last.
             run.save_model(result.model, result.tokenizer)

@@ -30,6 +30,7 @@ from esopt.config import (
     engine_settings,
     model_spec,
     named_model,
+    rl_engine_settings,
     section,
     tool_data_spec,
     without,
@@ -151,8 +152,9 @@ JOBS: dict[str, Job] = {
     "train-es": Job("es as run at H* (and its variant; not revert), sudoku (not horizons), agent, the sudoku engine, "
                     "and evaluate where es.eval_every evaluates during training",
                     _train_es, {"horizon": "--horizon", "variant": "--variant"}),
-    "train-rl": Job("rl (not methods, seeds), sudoku (not horizons), agent",
-                    lambda c: {"rl": _rl(c), **_sudoku(c)}),
+    "train-rl": Job("rl (not methods, seeds), sudoku (not horizons), agent, the rollout engine unless hf",
+                    lambda c: {"rl": _rl(c), **_sudoku(c)}
+                    | ({"engine": rl_engine_settings(c)} if rl_engine_settings(c)["name"] != "hf" else {})),
     "evaluate": Job("evaluate, sudoku (not horizons), agent, the sudoku engine; with --benchmark B, an agent "
                     "benchmark's evaluate and episode settings (tool_agents; web), the engine when vLLM",
                     _evaluate, {"benchmark": "--benchmark"}),

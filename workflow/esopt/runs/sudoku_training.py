@@ -138,10 +138,13 @@ def train_es(es: EsRun, episodes: SudokuEpisodes, evaluation: SudokuEvaluation, 
 
 
 def train_rl(rl: RlRun, episodes: SudokuEpisodes, model_dtype: str, model_dir: str, algo: str, sampling_profile: str,
-             horizon: int, seed: int, resume_dir: Path, traj_dir: Path, collective=None) -> SudokuTraining:
+             horizon: int, seed: int, resume_dir: Path, traj_dir: Path, collective=None,
+             engine: dict[str, Any] | None = None) -> SudokuTraining:
     """Agentic GRPO or PPO (`algo`) under a sampling profile (rl.trainer.SAMPLING_PROFILES)
     from the model in `model_dir`, saved in `model_dtype` (model.dtype); the optimizer
-    checkpoint is resume_dir/checkpoint.pt.
+    checkpoint is resume_dir/checkpoint.pt. `engine` (esopt.config.rl_engine_settings): the
+    rollouts' engine, HF generate or, on one rank, the population engine over the policy's
+    own weights (it reads them as the optimizer leaves them).
     Over a collective of several ranks the models are sharded and each rank rolls out its
     share of the episodes (esopt.rl.sharding); rank 0 returns the trained model, the others None."""
     import torch
@@ -165,9 +168,15 @@ def train_rl(rl: RlRun, episodes: SudokuEpisodes, model_dtype: str, model_dir: s
     keep = kept_steps(rcfg.steps)
     inner = sudoku_rl_rollouts(episodes, rl, tok, horizon, sampling)
     step_of = {"t": 0}
+    single = collective is None or collective.world_size == 1  # sharded policies roll out through HF
+    fast = None
+    if single and (engine or {}).get("name") == "population":
+        from esopt.agent.population import PopulationEngine
+
+        fast = PopulationEngine(policy, tok, slots=1, context=engine["context"])
 
     def rollout_fn(policy_, task_seed, sampling_seed, group, counters, shard=(0, 1)):
-        trajs = inner(policy_, task_seed, sampling_seed, group, counters, shard=shard)
+        trajs = inner(fast or policy_, task_seed, sampling_seed, group, counters, shard=shard)
         t = step_of["t"]
         if t in keep and shard[0] == 0:  # over several ranks: samples of rank 0's share
             write_trajectories(traj_dir / f"step{t:04d}.jsonl", trajs[: 4 * group], step=t)
@@ -213,6 +222,7 @@ def train_rl(rl: RlRun, episodes: SudokuEpisodes, model_dtype: str, model_dir: s
     else:
         final = policy.to(getattr(torch, model_dtype))
     extra = {"base_weights_sha256": base_hash, "final_weights_sha256": weights_sha256(final), "budget": budget,
-             "model_device": device, "base_weights_dtype": rl.dtype, "ranks": ranks}
+             "model_device": device, "base_weights_dtype": rl.dtype, "ranks": ranks,
+             "rollout_engine": {"name": "population", "context": fast.context} if fast else {"name": "hf"}}
     log.info("%d steps, %d episodes, %.3g FLOPs", len(metrics), totals["episodes"], flops)
     return SudokuTraining(final, tok, metrics, budget, extra)
