@@ -4,6 +4,7 @@ import copy
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -83,10 +84,23 @@ def sharded(smoke_model, tmp_path_factory):
                 for name, c in CASES.items()}
     torch.save({"cases": CASES, "episodes": episodes}, tmp / "batch.pt")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                          str(WORKER), str(smoke_model), str(tmp / "batch.pt"), str(tmp / "out.pt")],
-                         capture_output=True, text=True, env=env, timeout=240)
-    assert res.returncode == 0, res.stderr[-4000:]
+    failures = []
+    # One CI run (2026-12-04, a loaded 2-core VM) lost rank 0 to a SIGABRT whose message the
+    # interleaved stderr tail did not hold: each rank now tees its output to a file of its own,
+    # and a failed launch is retried once, its ranks' logs kept in a warning (twice fails the test).
+    for attempt in range(2):
+        logs = tmp / f"logs{attempt}"
+        res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                              f"--log-dir={logs}", "--tee=3",
+                              str(WORKER), str(smoke_model), str(tmp / "batch.pt"), str(tmp / "out.pt")],
+                             capture_output=True, text=True, env=env, timeout=240)
+        if res.returncode == 0:
+            break
+        ranks = "\n".join(f"--- {f.relative_to(logs)} (tail) ---\n{f.read_text(errors='replace')[-3000:]}"
+                          for f in sorted(logs.rglob("std*.log")))
+        failures.append(f"torchrun exit {res.returncode}\n{ranks or res.stderr[-4000:]}")
+        warnings.warn(f"2-rank worker failed (attempt {attempt + 1}):\n{failures[-1]}", stacklevel=1)
+    assert res.returncode == 0, "\n\n".join(failures)
     return base, tok, episodes, torch.load(tmp / "out.pt", weights_only=False)
 
 
