@@ -180,8 +180,10 @@ def test_pipeline_runs_then_has_nothing_to_do(workdir):
         "base": 2, "esopt": 2, "es_vanilla": 2, "es_sigmaT0": 1, "grpo": 2, "grpo_t1": 2, "ppo": 2}
     rl = methods[methods.method.isin(["grpo", "grpo_t1", "ppo"])]
     assert (rl.steps == 2).all() and (rl.episodes == 8).all() and (rl.train_tokens > 0).all()
-    es = methods[methods.method == "esopt"]  # 3 generations x 4 members x 8 tasks, forward only
-    assert (es.episodes == 96).all() and (es.train_tokens == 0).all() and (es.flops_per_step > 0).all()
+    es = methods[methods.method == "esopt"]  # generations x members x tasks per member, forward only
+    c = load_config(workdir / "config/smoke.yaml")["es"]
+    assert c["generations"] * max(c["populations"]) * c["tasks_per_member"] == 192
+    assert (es.episodes == 192).all() and (es.train_tokens == 0).all() and (es.flops_per_step > 0).all()
     memory = pd.read_csv(workdir / "results/tables/memory.csv")
     assert list(memory.method) == ["inference", "es", "grpo", "ppo"] and (memory.peak_bytes > memory.model_state_bytes).all()
     for name in ("horizon_crossover", "training_curves", "population", "sigma_ablation", "wall_clock", "memory"):
