@@ -46,7 +46,6 @@ import platform
 import random
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -73,6 +72,7 @@ from esopt.es.signal import (  # noqa: E402
 from esopt.hashing import weights_sha256  # noqa: E402
 from esopt.io import write_json_atomic  # noqa: E402
 from esopt.models.load import load_model_and_tokenizer  # noqa: E402
+from esopt.provenance.record import git_state  # noqa: E402
 from esopt.report.verdicts import t975  # noqa: E402
 from esopt.runs.episodes import EpisodeSpec, run_episodes, summarize, train_tasks  # noqa: E402
 from esopt.spec.sudoku import EsRun, SudokuEpisodes  # noqa: E402
@@ -223,16 +223,6 @@ def row(cells) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-def commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                               text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return out.stdout.strip() + ("-dirty" if dirty else "")
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="a saved model directory (esopt build-model)")
@@ -336,9 +326,11 @@ def main(argv: list[str] | None = None) -> dict:
                       "plus": p, "minus": q})
 
     wall = time.perf_counter() - t_start
+    code = git_state(ROOT)
     result = {
         "command": shlex.join([sys.executable, *sys.argv]) if argv is None else shlex.join(["es_signal.py", *argv]),
-        "commit": commit(), "machine": platform.processor() or platform.machine(), "threads": args.threads,
+        "commit": code["commit"], "dirty": code["dirty"],
+        "machine": platform.processor() or platform.machine(), "threads": args.threads,
         "torch": torch.__version__, "model": str(args.model), "base_weights_sha256": base_sha,
         "config": str(args.config), "parameters": n_params, "dtype": str(model.dtype).removeprefix("torch."),
         "horizon": horizon, "sigma": sigma, "alpha": run_cfg.alpha, "weight_scale": weight_scale,
