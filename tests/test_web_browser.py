@@ -129,7 +129,10 @@ def test_concurrent_episodes_never_see_each_others_changes(runtime):
     qty_a, qty_b = 2, 5
     envs = [WebEnv(runtime), WebEnv(runtime)]
     obs = [e.reset(task_a) for e in envs]
-    assert envs[0].site_urls["shopping"] != envs[1].site_urls["shopping"]
+    assert envs[0].episode.urls["shopping"] != envs[1].episode.urls["shopping"]
+    # ... behind the same shown URLs: neither the port nor the token reaches the prompt
+    assert envs[0].site_urls == envs[1].site_urls and envs[0].site_urls["shopping"] == "http://localhost:7770"
+    assert all("URL: http://localhost:7770" in o and e.episode.token not in o for e, o in zip(envs, obs))
     assert {e.browser_index for e in envs} == {0, 1}  # spread over the pool
     experts = []
     for e, q in zip(envs, (qty_a, qty_b)):
@@ -202,6 +205,7 @@ def test_malformed_and_impossible_actions_get_explanatory_observations(runtime):
         ("goto [file:///etc/passwd]", "only http:// and https://"),
         ("tab_focus [7]", "there are 1 tab(s)"),
         ('do(action="Fly")', "unknown action"),
+        ("goto [http://localhost:7770/category/kitchen]", "/category/kitchen] done"),  # a shown URL opens its site
     ]
     for action, says in cases:
         obs, reward, done, info = env.step(action)
@@ -209,6 +213,8 @@ def test_malformed_and_impossible_actions_get_explanatory_observations(runtime):
         assert says in obs, (action, obs[:400])
         assert obs.startswith("Objective: Hand-made check\nURL: ")
     assert info["invalid_actions"] == 3 and info["failed_actions"] == 7
+    assert obs.startswith("Objective: Hand-made check\nURL: http://localhost:7770/category/kitchen\n")
+    assert info["url"] == env.episode.urls["shopping"] + "/category/kitchen"
     obs, _, done, info = env.step(f"click [{find_element(obs, 'link', 'Kitchen')}]")  # still works afterwards
     assert not done and "/category/kitchen" in info["url"]
     env.close()

@@ -962,3 +962,30 @@ def test_a_judge_failure_stops_the_evaluation_round_instead_of_scoring_zero(tmp_
     assert engine.episodes == 3 + 2  # the round stopped: its third task never ran, and no third round
     assert [r["when"] for r in reset.records] == ["job start", "evaluation sample 2"]
     assert "judge endpoint down" in caplog.text
+
+
+def test_local_episodes_show_webarenas_addresses_and_take_them_back():
+    """What the agent reads and writes: an episode's URLs (a free port and a random token, new
+    every run) as WebArena's addresses on localhost, and back; longest site first, whole words
+    only; sites without a shown URL (FixedSites) pass through."""
+    from esopt.envs.web.sites import SHOWN_URLS
+
+    real = {"shopping": "http://127.0.0.1:41234/ab12", "shopping_admin": "http://127.0.0.1:41234/ab12/admin",
+            "reddit": "http://127.0.0.1:41235/ab12"}
+    ep = Episode(token="ab12", urls=real, shown={s: SHOWN_URLS[s] for s in real})
+    wa_urls = wa.site_urls("localhost")
+    assert SHOWN_URLS["shopping"] == wa_urls["shopping"] and SHOWN_URLS["reddit"] == wa_urls["reddit"]
+    assert SHOWN_URLS["gitlab"] == wa_urls["gitlab"]
+    assert ep.show("URL: http://127.0.0.1:41234/ab12/admin/orders?x=1") == "URL: http://localhost:7770/admin/orders?x=1"
+    assert ep.show("at http://127.0.0.1:41235/ab12/f/1 and http://127.0.0.1:41234/ab12") == (
+        "at http://localhost:9999/f/1 and http://localhost:7770")
+    assert ep.unshow("http://localhost:7770/admin") == real["shopping_admin"]
+    assert ep.unshow("http://localhost:9999/f/1#c") == real["reddit"] + "/f/1#c"
+    assert ep.unshow("http://localhost:77701/x") == "http://localhost:77701/x"  # not a shown site
+    assert ep.unshow(ep.show(real["shopping"] + "/cart")) == real["shopping"] + "/cart"
+    assert ep.shown_urls == {"shopping": "http://localhost:7770", "shopping_admin": "http://localhost:7770/admin",
+                             "reddit": "http://localhost:9999"}
+    fixed = FixedSites({"shopping": "http://shop.example:7770"}).open_episode()
+    assert fixed.show("http://shop.example:7770/x") == "http://shop.example:7770/x" == fixed.unshow("http://shop.example:7770/x")
+    assert fixed.shown_urls == {"shopping": "http://shop.example:7770"}
+

@@ -313,7 +313,8 @@ class WebEnv:
 
     @property
     def site_urls(self) -> dict[str, str]:
-        return dict(self._episode.urls) if self._episode else {}
+        """The episode's site URLs as the agent sees and writes them (`Episode.shown_urls`)."""
+        return self._episode.shown_urls if self._episode else {}
 
     @property
     def page(self):
@@ -493,7 +494,8 @@ class WebEnv:
             return f"goto [{url[:80]}]: only http:// and https:// addresses can be opened"
         hosts = {urllib.parse.urlparse(u).netloc for u in self._episode.urls.values()}
         if parsed.netloc not in hosts:
-            return f"goto [{url[:80]}]: only the task's sites can be opened: " + ", ".join(sorted(set(self._episode.urls.values())))
+            return (f"goto [{self._episode.show(url)[:80]}]: only the task's sites can be opened: "
+                    + ", ".join(sorted(set(self.site_urls.values()))))
         return None
 
     def _act(self, a: Action) -> str:
@@ -507,7 +509,8 @@ class WebEnv:
                 return (f"{a.render()} failed: there is no element [{a.element}] on this page; "
                         "use an id from the current observation")
         if a.kind == "goto":
-            refused = self._goto_allowed(a.text)
+            target = self._episode.unshow(a.text)  # the agent writes shown URLs
+            refused = self._goto_allowed(target)
             if refused:
                 self._failed += 1
                 return refused
@@ -534,7 +537,7 @@ class WebEnv:
                 elif a.kind == "scroll":
                     page.mouse.wheel(0, SCROLL_PX if a.text == "down" else -SCROLL_PX)
                 elif a.kind == "goto":
-                    page.goto(a.text)
+                    page.goto(target)
                 elif a.kind == "go_back":
                     page.go_back()
                 elif a.kind == "go_forward":
@@ -612,7 +615,8 @@ class WebEnv:
                 self._check_browser(e)
                 tree, self._ids, title = f"(the page could not be read: {_first_line(e)})", {}, ""
         self._last_url = page.url
-        return format_observation(intent=self._task.intent, url=page.url, feedback=feedback,
+        show = self._episode.show  # never the episode's port and token: the same prompt in every run
+        return format_observation(intent=self._task.intent, url=show(page.url), feedback=show(feedback),
                                   turns_left=self.max_turns - self._turns, title=title, page=tree,
                                   max_chars=self.max_obs_chars, restate_objective=self.restate_objective,
                                   style=self.prompt_style, previous_actions=self._replies)
@@ -696,7 +700,8 @@ class WebEnv:
         for attempt in range(2):
             try:
                 probe = _Probe(self, self._config.get(SEMANTICS_FIELD))
-                result = evaluate(self._config, answer, final_url, probe, self._episode.helpers, self.judge)
+                result = evaluate(self._config, self._episode.unshow(answer), final_url, probe,
+                                  self._episode.helpers, self.judge)
                 break
             except (BrowserCrash, _playwright_error()) as e:  # the state lives in the sites: evaluate again
                 if attempt == 1 or not self._reopen_for_eval(final_url, e):

@@ -4,7 +4,10 @@ WebArena names its sites shopping, shopping_admin, reddit and gitlab; so do we. 
 admin view is its own site (`shopping_admin`, the shop's URL + /admin), as in WebArena.
 Each site runs as one HTTP server on a free localhost port (esopt.envs.web.sites.serve,
 one child process for all of them); every episode gets fresh copies of the seeded
-databases under its own URL prefix (esopt.envs.web.sites.server.LocalSites).
+databases under its own URL prefix (esopt.envs.web.sites.server.LocalSites). The agent
+never sees that prefix (a free port and a random token): its observations and `goto`
+actions use SHOWN_URLS, WebArena's own addresses on localhost, so the same seed gives the
+same prompts in every run.
 
 Modules:
   data      the seeded records (products, customers, orders, posts, repos, issues, ...)
@@ -27,3 +30,7 @@ LOGINS = {
 SITES = tuple(LOGINS)  # the site names a task may list
 APP_MODULES = {"shopping": "esopt.envs.web.sites.shop", "reddit": "esopt.envs.web.sites.forum",
                "gitlab": "esopt.envs.web.sites.codehost"}  # the servers; shopping_admin is the shop's /admin
+# What the agent sees instead of an episode's URLs: WebArena's ports on localhost
+# (esopt.envs.web.webarena.WEBARENA_SITES), the admin view under the shop's, as served here.
+SHOWN_URLS = {"shopping": "http://localhost:7770", "shopping_admin": "http://localhost:7770/admin",
+              "reddit": "http://localhost:9999", "gitlab": "http://localhost:8023"}

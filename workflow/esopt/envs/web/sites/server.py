@@ -5,7 +5,8 @@ Isolation design of `LocalSites`: one server process for all local sites
 (esopt.envs.web.sites.serve), one port per site; a seeded template database per site,
 built once; `open_episode()` copies the templates into `<root>/episodes/<token>/`, and
 the episode's site URLs are `http://127.0.0.1:<port>/<token>`. The server picks the
-database by that prefix, so concurrent episodes never see each other's changes;
+database by that prefix, so concurrent episodes never see each other's changes; the
+agent sees SHOWN_URLS instead (`Episode.show`/`unshow`), the same in every episode and run;
 `Episode.close()` deletes the copies (later requests under the prefix get a 404).
 The server process exits when `close()` is called, when the object is collected, at
 interpreter exit, and when this process dies (it watches its stdin pipe).
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from esopt.envs.web.sites import APP_MODULES, LOGINS, SITES
+from esopt.envs.web.sites import APP_MODULES, LOGINS, SHOWN_URLS, SITES
 from esopt.envs.web.sites.db import build_template
 
 log = logging.getLogger(__name__)
@@ -42,14 +43,35 @@ START_TIMEOUT_S = 60.0  # the server process prints its ports well within this (
 
 @dataclass
 class Episode:
-    """One episode's sites: their URLs, and (local sites) the databases behind them."""
+    """One episode's sites: their URLs, and (local sites) the databases behind them.
+    `shown`: site -> the URL the agent sees in its place (none: the real one). Local sites'
+    URLs hold a free port and a random token; an observation that showed them would differ
+    from run to run, and so would a sampled policy's next action."""
 
     token: str
     urls: dict[str, str]
     db_paths: dict[str, Path] = field(default_factory=dict)
+    shown: dict[str, str] = field(default_factory=dict)
     helpers: dict[str, Callable[..., Any]] = field(default_factory=dict)  # program_html "func:" helpers
     _close: Callable[[], None] | None = None
     _reset: Callable[[], None] | None = None
+
+    def show(self, text: str) -> str:
+        """`text` (a URL, an error message) as the agent sees it: every site URL replaced by its
+        shown one, and the episode's token taken out of site paths (a login redirect's ?next=/<token>/cart)."""
+        swaps = {self.urls[s]: u for s, u in self.shown.items() if s in self.urls}
+        if swaps:
+            swaps["/" + self.token] = ""
+        return _swap(text, swaps)
+
+    def unshow(self, text: str) -> str:
+        """The inverse of `show`: what the agent wrote (a goto's URL, an answer) in the sites' real URLs."""
+        return _swap(text, {u: self.urls[s] for s, u in self.shown.items() if s in self.urls})
+
+    @property
+    def shown_urls(self) -> dict[str, str]:
+        """site -> the URL the agent uses for it."""
+        return {s: self.shown.get(s, u) for s, u in self.urls.items()}
 
     def reset(self) -> bool:
         """Put the sites back to their seeded state under the same URLs; False if they cannot be."""
@@ -72,6 +94,16 @@ class Episode:
             return conn.execute(sql, params).fetchall()
         finally:
             conn.close()
+
+
+def _swap(text: str, prefixes: Mapping[str, str]) -> str:
+    """`text` with each key of `prefixes` replaced by its value where it ends a word (so the
+    shown http://localhost:7770 is not taken out of http://localhost:77701), longest key first."""
+    if not prefixes or not text:
+        return text
+    keys = sorted(prefixes, key=len, reverse=True)
+    pattern = re.compile("(?:" + "|".join(re.escape(k) for k in keys) + r")(?!\w)")
+    return pattern.sub(lambda m: prefixes[m.group(0)], text)
 
 
 def login_with_form(context, site: str, urls: Mapping[str, str]) -> None:
@@ -189,7 +221,9 @@ class LocalSites:
                 os.replace(tmp, dbs[site])  # a request never sees half a file
 
         fill()
-        ep = Episode(token=token, urls=self.urls(token), db_paths=dbs, _reset=fill)
+        urls = self.urls(token)
+        ep = Episode(token=token, urls=urls, db_paths=dbs, _reset=fill,
+                     shown={s: SHOWN_URLS[s] for s in urls if s in SHOWN_URLS})
         ep.helpers = _local_helpers(ep)
 
         def close():
