@@ -22,7 +22,7 @@ from esopt.spec.agents import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ["smoke", "tiny", "paper"]
+CONFIGS = ["smoke", "tiny_full", "paper"]  # the configs with tool and web blocks
 
 
 def keyword_parameters(fn) -> set[str]:

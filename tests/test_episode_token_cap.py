@@ -89,7 +89,7 @@ def test_an_episode_that_reaches_its_token_cap_ends_unanswered(tok, do_sample):
 
 
 def test_a_benchmarks_own_token_caps_override_the_shared_ones():
-    cfg = load_config(CONFIG / "tiny.yaml")
+    cfg = load_config(CONFIG / "tiny_full.yaml")
     before = ToolEpisodes.from_config(cfg)
     shared = cfg["tool_agents"]["max_new_tokens"]
     assert before.caps("docvqa") == (shared, None)

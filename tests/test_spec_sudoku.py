@@ -25,7 +25,7 @@ def test_importing_the_specs_and_the_rerun_map_imports_no_torch():
     assert out.strip() == "[]"
 
 
-@pytest.mark.parametrize("name", ["tiny", "paper"])
+@pytest.mark.parametrize("name", ["tiny", "tiny_full", "paper"])
 def test_every_run_of_a_config_has_typed_specs(name):
     cfg = load_config(ROOT / "config" / f"{name}.yaml")
     episodes = SudokuEpisodes.from_config(cfg)

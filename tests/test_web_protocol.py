@@ -362,7 +362,7 @@ def test_the_web_block_reaches_the_runtime_and_every_environment():
     from esopt.runs.tool_episodes import episode_envs
     from esopt.spec.agents import WebJob
 
-    cfg = load_config("config/tiny.yaml")
+    cfg = load_config("config/tiny_full.yaml")
     assert {k: cfg["web"][k] for k in ("settle_s", "early_stop_parse_failures", "early_stop_repeats", "stop_answers",
                                        "login", "start_timeout_s")} == {
         "settle_s": 0, "early_stop_parse_failures": None, "early_stop_repeats": None, "stop_answers": "empty",
