@@ -24,7 +24,8 @@ es.tasks_per_member unless --tasks; members decoded as es.member_decoding), it m
    η (--step) defaults to the length of one α-sized ES update: the mean |g_G| (with the
    trainer's coefficients (α/G)·R̂_i) over the generations that updated, or, if none did,
    α·sqrt(2N/G) (the length of a z-scored update whose pairs' rewards are opposite, N
-   parameters).
+   parameters). Several --step values (comma-separated) sweep the step's length, which is
+   what α sets: each is measured on the same fresh batches, paired with the base there.
 3. σ sweep (--sigmas, multiples of σ): measurement 1 with --sigma-directions pairs per σ.
 
 Members run on the population engine (every member's episodes in one batched forward,
@@ -233,7 +234,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--tasks", type=int, default=None, help="B, puzzles per member (default: es.tasks_per_member)")
     ap.add_argument("--directions", type=int, default=128, help="K, antithetic pairs on the one batch")
     ap.add_argument("--batches", type=int, default=16, help="M, fresh batches for the base's noise and the step")
-    ap.add_argument("--step", type=float, default=None, help="η (default: the length of one α-sized ES update)")
+    ap.add_argument("--step", default=None,
+                    help="η, or several comma-separated (a sweep of the step's length; default: one α-sized ES update)")
     ap.add_argument("--sigmas", default="0.5,1,2,4", help="multiples of σ for the sweep ('' skips it)")
     ap.add_argument("--sigma-directions", type=int, default=32, help="pairs per σ in the sweep")
     ap.add_argument("--shuffles", type=int, default=200, help="permutations of the rewards for the null")
@@ -293,23 +295,15 @@ def main(argv: list[str] | None = None) -> dict:
     gram = noise_gram(members.perturber, seeds)
     d = direction(plus, minus, gram, G, run_cfg.alpha, run_cfg.normalization, args.shuffles, args.seed)
     moved = [n for n in d["update_norms"] if n > 0]
-    eta_rule = "--step" if args.step is not None else ("mean |g_G| of the generations that updated" if moved
-                                                       else "alpha*sqrt(2N/G): no generation updated")
-    eta = args.step if args.step is not None else (statistics.fmean(moved) if moved
-                                                   else run_cfg.alpha * math.sqrt(2 * n_params / G))
-    fd = {"eta": eta, "eta_rule": eta_rule, "sigma_norm": sigma * math.sqrt(n_params)}
-    if d["g_N_norm"] > 0:
-        coefs = [eta * a / d["g_N_norm"] for a in d["g_N_coefficients"]]
-        stepped = members.stepped(seeds, coefs, fresh, "θ ± ηĝ_N on fresh batches")
-        if weights_sha256(model) != base_sha:  # the sweep below must start from θ
-            raise RuntimeError("the base weights were not restored after the finite-difference step")
-        up, down = [r[0] for r in stepped], [r[1] for r in stepped]
-        fd |= {"plus": interval(up), "minus": interval(down), "base": interval(base_fresh),
-               "difference": interval([u - v for u, v in zip(up, down)]),
-               "plus_minus_base": interval([u - b for u, b in zip(up, base_fresh)]),
-               "rewards_plus": up, "rewards_minus": down}
+    if args.step is not None:
+        etas, eta_rule = [float(x) for x in args.step.split(",") if x.strip()], "--step"
     else:
-        fd["skipped"] = "all member rewards equal: g_N is zero"
+        etas = [statistics.fmean(moved) if moved else run_cfg.alpha * math.sqrt(2 * n_params / G)]
+        eta_rule = "mean |g_G| of the generations that updated" if moved else "alpha*sqrt(2N/G): no generation updated"
+    steps = [finite_difference(members, model, base_sha, seeds, d, eta, fresh, base_fresh) for eta in etas]
+    for fd in steps:
+        fd |= {"eta_rule": eta_rule, "sigma_norm": sigma * math.sqrt(n_params)}
+    fd = steps[0]
 
     # 3. σ sweep
     sweep = []
@@ -341,6 +335,7 @@ def main(argv: list[str] | None = None) -> dict:
         "noise": {**noise, "rewards": base_fresh},
         "direction": d,
         "finite_difference": fd, "sigma_sweep": sweep,
+        **({"step_sweep": steps} if len(steps) > 1 else {}),
         "episodes": members.episodes_run, "wall_s": wall,
     }
     report(result)
@@ -349,8 +344,26 @@ def main(argv: list[str] | None = None) -> dict:
     return result
 
 
+def finite_difference(members: Members, model, base_sha: str, seeds: list[int], d: dict, eta: float,
+                      fresh: list[int], base_fresh: list[float]) -> dict:
+    """θ ± ηĝ_N on the fresh batches: both rewards, their difference, and θ + ηĝ_N paired with the base."""
+    fd: dict = {"eta": eta}
+    if d["g_N_norm"] == 0:
+        return fd | {"skipped": "all member rewards equal: g_N is zero"}
+    coefs = [eta * a / d["g_N_norm"] for a in d["g_N_coefficients"]]
+    stepped = members.stepped(seeds, coefs, fresh, f"θ ± {eta:g}ĝ_N on fresh batches")
+    if weights_sha256(model) != base_sha:  # the next step and the sweep must start from θ
+        raise RuntimeError("the base weights were not restored after the finite-difference step")
+    up, down = [r[0] for r in stepped], [r[1] for r in stepped]
+    return fd | {"plus": interval(up), "minus": interval(down), "base": interval(base_fresh),
+                 "difference": interval([u - v for u, v in zip(up, down)]),
+                 "plus_minus_base": interval([u - b for u, b in zip(up, base_fresh)]),
+                 "minus_minus_base": interval([v - b for v, b in zip(down, base_fresh)]),
+                 "rewards_plus": up, "rewards_minus": down}
+
+
 def report(r: dict) -> None:
-    s, n, d, fd = r["spread"], r["noise"], r["direction"], r["finite_difference"]
+    s, n, d = r["spread"], r["noise"], r["direction"]
     print("\n### 1. Member rewards on one batch vs the base's batch-to-batch noise\n")
     print(row(["base on the batch", "member mean", "member std", "pair diff std", "pairs R+≠R−",
                f"generations tied (of {s['generations']})", "base batch std", "binomial std", "SNR"]))
@@ -366,14 +379,16 @@ def report(r: dict) -> None:
     print(row([f"G {r['population']}, K {r['directions']}", f"{d['generations_updated']} / {d['generations']}",
                f"{fmt(c['mean'])} ± {fmt(c['sd'])}", f"{fmt(nl['mean'])} ± {fmt(nl['sd'])}",
                f"{fmt(ch['mean'])} ± {fmt(ch['sd'])}", f"{fmt(nh['mean'])} ± {fmt(nh['sd'])}"]))
-    print(f"\nfinite difference along ĝ_N, η = {fd['eta']:.4g} ({fd['eta_rule']}; σ|ε| = {fd['sigma_norm']:.4g}):")
-    if "skipped" in fd:
-        print(f"  skipped: {fd['skipped']}")
-    else:
-        diff = fd["difference"]
+    for fd in r.get("step_sweep") or [r["finite_difference"]]:
+        print(f"\nfinite difference along ĝ_N, η = {fd['eta']:.4g} ({fd['eta_rule']}; σ|ε| = {fd['sigma_norm']:.4g}):")
+        if "skipped" in fd:
+            print(f"  skipped: {fd['skipped']}")
+            continue
+        diff, gain = fd["difference"], fd["plus_minus_base"]
         print(f"  R(θ+ηĝ) {fmt(fd['plus']['mean'])}, R(θ−ηĝ) {fmt(fd['minus']['mean'])}, base {fmt(fd['base']['mean'])} "
               f"on {r['batches']} fresh batches; difference {fmt(diff['mean'], '+.4f')} "
-              f"[{fmt(diff['ci_low'], '+.4f')}, {fmt(diff['ci_high'], '+.4f')}] (95%)")
+              f"[{fmt(diff['ci_low'], '+.4f')}, {fmt(diff['ci_high'], '+.4f')}] (95%); θ+ηĝ minus the base "
+              f"{fmt(gain['mean'], '+.4f')} [{fmt(gain['ci_low'], '+.4f')}, {fmt(gain['ci_high'], '+.4f')}]")
     if r["sigma_sweep"]:
         print("\n### 3. σ sweep (measurement 1 per σ)\n")
         print(row(["× σ", "σ", "pairs", "member std", "pairs R+≠R−", "generations tied", "SNR"]))

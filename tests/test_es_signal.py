@@ -104,6 +104,17 @@ def test_at_sigma_zero_every_member_is_the_base(script, smoke_model):
     assert r["direction"]["generations_updated"] == 0 and "skipped" in r["finite_difference"]
 
 
+def test_a_step_sweep_measures_every_length_on_the_same_batches(script, smoke_model):
+    """--step 0,η: a zero step is the base on every fresh batch (nothing moved, so the pairing
+    with the base is exact), and the first length is the one the single-step fields report."""
+    r = script.main(["--model", str(smoke_model), *TINY, "--generation", "1", "--sigmas", "", "--step", "0,2.5"])
+    zero, long = r["step_sweep"]
+    assert r["finite_difference"] is zero and (zero["eta"], long["eta"]) == (0.0, 2.5)
+    assert "skipped" not in zero  # generation 1's members differ (as in `measured`)
+    assert zero["rewards_plus"] == zero["rewards_minus"] == r["noise"]["rewards"]
+    assert zero["plus_minus_base"]["mean"] == 0.0 and long["base"] == zero["base"]
+
+
 def test_the_gram_matrix_is_the_perturbers_noise():
     """Γ from esopt.es.signal equals the dot products of the perturbations the perturber
     actually writes (fp32 weights, σ 1: θ' − θ = ε up to rounding), tensors of several chunks included."""
