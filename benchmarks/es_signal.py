@@ -224,6 +224,11 @@ def row(cells) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
+def floats(text: str) -> list[float]:
+    """A comma-separated list of numbers ('' is none); argparse reports a bad one before anything runs."""
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="a saved model directory (esopt build-model)")
@@ -234,9 +239,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--tasks", type=int, default=None, help="B, puzzles per member (default: es.tasks_per_member)")
     ap.add_argument("--directions", type=int, default=128, help="K, antithetic pairs on the one batch")
     ap.add_argument("--batches", type=int, default=16, help="M, fresh batches for the base's noise and the step")
-    ap.add_argument("--step", default=None,
+    ap.add_argument("--step", type=floats, default=None,
                     help="η, or several comma-separated (a sweep of the step's length; default: one α-sized ES update)")
-    ap.add_argument("--sigmas", default="0.5,1,2,4", help="multiples of σ for the sweep ('' skips it)")
+    ap.add_argument("--sigmas", type=floats, default="0.5,1,2,4", help="multiples of σ for the sweep ('' skips it)")
     ap.add_argument("--sigma-directions", type=int, default=32, help="pairs per σ in the sweep")
     ap.add_argument("--shuffles", type=int, default=200, help="permutations of the rewards for the null")
     ap.add_argument("--generation", type=int, default=0, help="the ES generation whose batch and members are used")
@@ -295,20 +300,19 @@ def main(argv: list[str] | None = None) -> dict:
     gram = noise_gram(members.perturber, seeds)
     d = direction(plus, minus, gram, G, run_cfg.alpha, run_cfg.normalization, args.shuffles, args.seed)
     moved = [n for n in d["update_norms"] if n > 0]
-    if args.step is not None:
-        etas, eta_rule = [float(x) for x in args.step.split(",") if x.strip()], "--step"
+    if args.step:  # one or more lengths given (an empty list is the default)
+        etas, eta_rule = args.step, "--step"
     else:
         etas = [statistics.fmean(moved) if moved else run_cfg.alpha * math.sqrt(2 * n_params / G)]
         eta_rule = "mean |g_G| of the generations that updated" if moved else "alpha*sqrt(2N/G): no generation updated"
-    steps = [finite_difference(members, model, base_sha, seeds, d, eta, fresh, base_fresh) for eta in etas]
-    for fd in steps:
-        fd |= {"eta_rule": eta_rule, "sigma_norm": sigma * math.sqrt(n_params)}
+    about = {"eta_rule": eta_rule, "sigma_norm": sigma * math.sqrt(n_params)}
+    steps = [finite_difference(members, model, base_sha, seeds, d, eta, fresh, base_fresh) | about for eta in etas]
     fd = steps[0]
 
     # 3. σ sweep
     sweep = []
     ks = min(args.sigma_directions, len(all_seeds))
-    for m in [float(x) for x in args.sigmas.split(",") if x.strip()]:
+    for m in args.sigmas:
         if m == 1.0 and ks <= K:  # measurement 1's first pairs
             p, q = plus[:ks], minus[:ks]
         else:
