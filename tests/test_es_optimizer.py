@@ -306,6 +306,38 @@ def test_resume_refuses_a_history_of_another_run(tmp_path):
         mk(1).run()
 
 
+def test_continue_from_an_earlier_sittings_history(tmp_path, caplog):
+    """continue_from (a published partial run): this run's history is continued to the weights
+    of an uninterrupted run; another run's is skipped with a warning, never an error."""
+    from esopt.es.history import History
+
+    def trainer(seed, path):
+        net = small_net(seed=2)
+        target = torch.full((sum(p.numel() for p in net.parameters()),), 0.1)
+        cfg = ESConfig(population=8, generations=4, alpha=0.05, sigma=SigmaSchedule("cosine", 0.05, 0.01, total=4), seed=seed)
+        return net, ESTrainer(net, cfg, quadratic_fitness(net, target), history_path=path, progress=False)
+
+    net, tr = trainer(4, tmp_path / "whole.json")
+    whole = tr.run()
+    History(whole.run, whole.generations[:2]).save(tmp_path / "partial.json")  # a sitting stopped after 2
+
+    net2, tr2 = trainer(4, tmp_path / "next" / "h.json")
+    tr2.continue_from = tmp_path / "partial.json"
+    with caplog.at_level(logging.INFO, logger="esopt.es.trainer"):
+        tr2.run()
+    assert "continued from" in caplog.text and "after 2 generations" in caplog.text
+    assert weights_sha256(net2) == weights_sha256(net)
+    assert len(History.load(tmp_path / "next" / "h.json").generations) == 4
+
+    caplog.clear()
+    net3, tr3 = trainer(5, tmp_path / "other" / "h.json")  # another run: its own seed stream
+    tr3.continue_from = tmp_path / "partial.json"
+    with caplog.at_level(logging.WARNING, logger="esopt.es.trainer"):
+        assert len(tr3.run().generations) == 4
+    assert "not continuing" in caplog.text and "different run" in caplog.text
+    assert [g.seeds for g in History.load(tmp_path / "other" / "h.json").generations] != [g.seeds for g in whole.generations]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_snapshot_revert_perturbs_alike_and_restores_bit_for_bit(dtype):
     """es.revert snapshot: the same perturbed weights and fidelity as the exact revert, the

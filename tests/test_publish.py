@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -239,6 +240,52 @@ def test_audit_of_the_published_tree(sitting, fresh, capsys, monkeypatch):
     replay = [c for c in json.loads((sitting / "audit.json").read_text())["checks"] if c["name"] == "replay"]
     assert [c["status"] for c in replay] == ["ok"], replay
     (sitting / "audit.json").unlink()
+
+
+def test_an_unfinished_es_run_is_continued_in_the_next_sitting(sitting, tmp_path):
+    """A sitting stopped an ES run after its first generation: `esopt publish` keeps the run's
+    resume history under partial/; train-es in the next sitting, on a fresh copy, continues
+    it to the history and weights of the uninterrupted run; publishing the finished run
+    removes the partial one. The base is copied, not rebuilt: build_model makes the same."""
+    from esopt.es.history import History
+
+    train = ("train-es", "--config", "config/smoke.yaml", "--benchmark", "sudoku", "--horizon", 2,
+             "--population", 4, "--seed", 0, "--model", BASE, "--out", RUN, "--rule", "train_es")
+    run = RUN.removeprefix("results/")
+    whole = History.load(sitting / RUN / "history.json")
+
+    one = copy_workflow(tmp_path / "one")
+    shutil.copytree(sitting / BASE, one / BASE)
+    # what the trainer leaves in .resume/ once generation 0 is done (it saves after each one)
+    History(whole.run, whole.generations[:1]).save(one / RUN / ".resume" / "history.json")
+    res = esopt(one, "publish", "--config", "config/smoke.yaml")
+    assert "published 1 unfinished ES run(s) as partial histories" in res.stdout and f"{run} (1 generations)" in res.stdout
+    pub = one / "published/smoke"
+    manifest = json.loads((pub / MANIFEST).read_text())
+    assert manifest["partial"][run]["generations"] == 1
+    assert (pub / "partial" / run / "history.json").read_bytes() == (one / RUN / ".resume/history.json").read_bytes()
+    audit = esopt(one, "audit", "published/smoke")
+    assert audit.returncode == 0 and "1 unfinished ES run(s) published as partial histories" in audit.stdout, audit.stdout
+
+    two = copy_workflow(tmp_path / "two")
+    shutil.copytree(pub, two / "published/smoke")
+    shutil.copytree(sitting / BASE, two / BASE)
+    res = esopt(two, *train)
+    assert "continued from" in res.stderr and "after 1 generations" in res.stderr, res.stderr[-3000:]
+    rec = json.loads((two / RUN / "provenance.json").read_text())
+    assert rec["continued_from"] == {"history": f"published/smoke/partial/{run}/history.json",
+                                     "sha256": manifest["partial"][run]["sha256"], "generations": 1}
+    done = History.load(two / RUN / "history.json")
+    assert done.final == whole.final
+    strip = lambda h: [{k: v for k, v in asdict(g).items() if k != "wall_s"} for g in h.generations]
+    assert strip(done) == strip(whole)
+
+    res = esopt(two, "publish", "--config", "config/smoke.yaml")
+    assert f"removed 1 partial run(s) whose finished run is published: {run}" in res.stdout, res.stdout
+    manifest = json.loads((two / "published/smoke" / MANIFEST).read_text())
+    assert "partial" not in manifest and f"{run}/history.json" in manifest["files"]
+    assert not (two / "published/smoke/partial" / run).exists()
+    assert esopt(two, "audit", "published/smoke", "-q").returncode == 0
 
 
 @pytest.mark.pipeline

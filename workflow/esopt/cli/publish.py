@@ -5,7 +5,9 @@ into --to (default published/NAME/, config `published.dir` and `name`), at the p
 they had under results/: provenance records, evaluations, ES histories, metrics,
 budgets, check and memory results, report tables. Model weights, optimizer checkpoints,
 trajectories, figures and notebooks are never published (an ES run's weights replay from
-its base model and history.json: `esopt replay`). A job is published when its record is
+its base model and history.json: `esopt replay`). An unfinished ES run (a sitting stopped it)
+is published as its resume history, --to/partial/RUN/history.json, which train-es continues
+on a fresh clone; publishing the finished run removes it. A job is published when its record is
 complete, its outputs hash as recorded, its settings are what the config asks for (the
 rerun map, esopt.provenance.jobs) and its upstream records are published. Writes are
 atomic and the command is idempotent: it adds and updates, never deletes, and writes

@@ -6,7 +6,9 @@ DIR/metrics.jsonl   one line per generation
 DIR/budget.json     what the run used: episodes, tokens, FLOPs, wall clock
 DIR/trajectories/   sampled episodes (member 0) of the first, every 10th and last generation
 DIR/provenance.json
-A killed run leaves its progress in DIR/.resume/ and continues from there when rerun.
+A killed run leaves its progress in DIR/.resume/ and continues from there when rerun. A run
+an earlier sitting published unfinished (esopt publish: published/NAME/partial/) continues
+from that history when DIR/.resume/ has none, if it is this run's (settings, base weights).
 
 --variant NAME runs an ablation of config es.variants (e.g. vanilla: constant σ).
 Under torchrun (WORLD_SIZE > 1) the population is sharded across ranks, one model
@@ -41,6 +43,7 @@ def main_fn(args: argparse.Namespace) -> int:
     from esopt.config import engine_settings
     from esopt.es.deadline import MemberDeadlineError
     from esopt.es.distributed import SlowRankError, from_config
+    from esopt.provenance.published import partial_history
     from esopt.runs.sudoku_training import train_es
     from esopt.spec.sudoku import EsRun, SudokuEpisodes, SudokuEvaluation
 
@@ -52,8 +55,10 @@ def main_fn(args: argparse.Namespace) -> int:
         collective.barrier()
         prov = Provenance("train-es", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                           seeds={"es": args.seed}, inputs=[args.config, args.model])
+        # a partial run of an earlier sitting; not with es.eval_every (its evaluations stay there)
+        earlier = None if es.eval_every else partial_history(cfg, args.out)
         result = train_es(es, episodes, evaluation, engine_settings(cfg, "sudoku"), args.model, args.population,
-                          args.seed, run.resume, run.trajectories, collective)
+                          args.seed, run.resume, run.trajectories, collective, continue_from=earlier)
         if not collective.is_main:
             collective.barrier()  # rank 0 publishes
             return 0

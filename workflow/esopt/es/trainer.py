@@ -37,6 +37,7 @@ from esopt.es.history import GenerationRecord, History
 from esopt.es.lowrank import make_perturber
 from esopt.es.normalize import normalize_rewards
 from esopt.es.settings import ESConfig, member_seeds, task_seed
+from esopt.io import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,9 @@ class ESTrainer:
     cfg: ESConfig
     fitness: Fitness
     history_path: str | os.PathLike | None = None
+    # the history of this run kept elsewhere (a published partial run, esopt.provenance.published),
+    # continued when history_path has none; one of another run is ignored with a warning
+    continue_from: str | os.PathLike | None = None
     run_info: dict[str, Any] = field(default_factory=dict)  # e.g. base weight hash; checked on resume
     on_generation: Callable[[GenerationRecord], None] | None = None
     progress: bool = True
@@ -88,6 +92,8 @@ class ESTrainer:
     # all members in one call instead of `fitness` one by one (a population engine); the
     # perturbations, rewards and update are the same either way
     batched: BatchedFitness | None = None
+    # set by resume() when the run continued an earlier sitting's history (continue_from)
+    continued: dict[str, Any] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if self.perturber is None:
@@ -100,29 +106,41 @@ class ESTrainer:
         self.history = History(run={"es": self.cfg.as_record(), **self.run_info})
 
     def resume(self) -> int:
-        """Load history_path if present, check it belongs to this run, replay its updates.
+        """Load history_path if present (else continue_from), check it belongs to this run,
+        replay its updates.
 
         The model must hold the base weights (with fp32_master, the master was taken from
         them and is rebuilt by the same replay). Returns the number of generations done.
+        A history_path of another run is an error; a continue_from of another run (the
+        config or base changed since it was published) is skipped: the run starts afresh.
         """
-        if self.history_path is None or not Path(self.history_path).exists():
+        own = self.history_path is not None and Path(self.history_path).exists()
+        path = self.history_path if own else self.continue_from
+        if path is None or not Path(path).exists():
             return 0
-        old = History.load(self.history_path)
+        old = History.load(path)
         if isinstance(old.run.get("es"), dict):  # histories from before the option rounded to nearest
             old.run["es"].setdefault("update_rounding", "nearest")
+        mismatch = None
         if old.run != self.history.run:
             diff = {k for k in set(old.run) | set(self.history.run) if old.run.get(k) != self.history.run.get(k)}
-            raise ValueError(
-                f"{self.history_path} belongs to a different run (differs in {sorted(diff)}); "
-                "delete it or use another output directory"
-            )
-        for rec in old.generations:
+            mismatch = f"{path} belongs to a different run (differs in {sorted(diff)})"
+        for rec in old.generations if mismatch is None else ():
             seeds, signs = member_seeds(self.cfg, rec.generation)
             if (rec.seeds, rec.signs, rec.task_seed) != (seeds, signs, task_seed(self.cfg, rec.generation)):
-                raise ValueError(f"{self.history_path}: seed stream of generation {rec.generation} does not match")
+                mismatch = f"{path}: seed stream of generation {rec.generation} does not match"
+                break
+        if mismatch is not None and own:
+            raise ValueError(mismatch + ("; delete it or use another output directory" if "different" in mismatch else ""))
+        if mismatch is not None:
+            log.warning("not continuing: %s; the run starts at generation 0", mismatch)
+            return 0
+        old.final = None
         old.replay(self.perturber)
         self.history = old
-        log.info("resumed from %s after %d generations", self.history_path, len(old.generations))
+        if not own:
+            self.continued = {"history": str(path), "sha256": sha256_file(path), "generations": len(old.generations)}
+        log.info("%s from %s after %d generations", "resumed" if own else "continued", path, len(old.generations))
         return len(old.generations)
 
     def step(self, t: int) -> GenerationRecord:

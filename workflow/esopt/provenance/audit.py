@@ -53,6 +53,9 @@ coverage      a warning for every file under it that no record lists as an outpu
               result whose record was deleted, a file added to a run)
 manifest      a published tree: every listed file hashes as MANIFEST.json lists it and is
               an output of its record (a file it does not list: a warning)
+partial       a published tree with unfinished ES runs (published/NAME/partial/): each
+              history hashes as listed, with the generations listed (a warning names them:
+              the grid is not complete)
 commit        a published tree: every commit its results came from exists in git
 
 A warning passes; `esopt audit --strict` fails on it (and on a skipped check).
@@ -122,7 +125,8 @@ def coverage_check(directory: Path, records: list[Path], root: Path | None) -> C
         covered.add(_abs(prov))
         tree = PublishedTree.containing(prov)
         if tree is not None:  # a published record: its outputs are the published copies (the manifest checks them)
-            covered |= {tree.dir / MANIFEST, *(tree.local(o) for o in rec.get("outputs") or {})}
+            covered |= {tree.dir / MANIFEST, *(tree.local(o) for o in rec.get("outputs") or {}),
+                        *map(tree.partial_file, tree.partials)}  # partial runs: the manifest check's
             continue
         covered |= produced_files(prov, rec, root) if isinstance(rec.get("outputs"), dict) else set()
         if rec.get("config_path"):
@@ -149,6 +153,27 @@ def coverage_check(directory: Path, records: list[Path], root: Path | None) -> C
     return Check("coverage", shown, "ok", f"every file is a record or an output one lists{aside}", shown)
 
 
+def partial_check(tree: PublishedTree, shown: str) -> Check:
+    """partial: the unfinished ES runs' histories hash as listed and hold the generations listed."""
+    bad, runs = [], []
+    for run, entry in sorted(tree.partials.items()):
+        f = tree.partial_file(run)
+        hist = _read_record(f) if f.is_file() else None
+        if hist is None:
+            bad.append(f"{run}: history missing or unreadable")
+        elif sha256_file(f) != entry.get("sha256"):
+            bad.append(f"{run}: sha256 listed {str(entry.get('sha256'))[:12]}, now {sha256_file(f)[:12]}")
+        elif len(hist.get("generations") or []) != entry.get("generations"):
+            bad.append(f"{run}: {len(hist.get('generations') or [])} generations, {entry.get('generations')} listed")
+        else:
+            runs.append(f"{run} ({entry['generations']} generations)")
+    if bad:
+        return Check("partial", shown, "fail", f"{len(bad)} of {len(tree.partials)} partial run(s) differ from "
+                     "MANIFEST.json: " + _shown(bad, 3), shown)
+    return Check("partial", shown, "warn", f"{len(runs)} unfinished ES run(s) published as partial histories (a "
+                 "later sitting continues them; the grid is not complete): " + _shown(runs, 3), shown)
+
+
 def published_checks(tree: PublishedTree) -> list[Check]:
     """manifest, commit: a published tree's MANIFEST.json against its files (every listed file
     hashes as listed and is an output its record lists with that hash and config hash; a file
@@ -171,9 +196,11 @@ def published_checks(tree: PublishedTree) -> list[Check]:
         elif rec.get("config_sha256") != entry.get("config_sha256"):
             bad.append(f"{rel}: config sha256 listed {str(entry.get('config_sha256'))[:12]}, its record says "
                        f"{str(rec.get('config_sha256'))[:12]}")
+    partial = {tree.partial_file(run).relative_to(tree.dir).as_posix(): run for run in tree.partials}
     for f in sorted(tree.dir.rglob("*")):
         rel = f.relative_to(tree.dir).as_posix()
-        if f.is_file() and rel != MANIFEST and rel not in tree.files and not any(p.startswith(".") for p in f.parts):
+        if f.is_file() and rel != MANIFEST and rel not in tree.files and rel not in partial \
+                and not any(p.startswith(".") for p in f.parts):
             unlisted.append(rel)
     if bad:
         out.append(Check("manifest", shown, "fail", f"{len(bad)} of {len(tree.files)} listed file(s) differ from "
@@ -184,6 +211,8 @@ def published_checks(tree: PublishedTree) -> list[Check]:
     if unlisted:
         out.append(Check("manifest", shown, "warn", f"{len(unlisted)} file(s) MANIFEST.json does not list: "
                          + _shown(unlisted), shown))
+    if partial:
+        out.append(partial_check(tree, shown))
     commits = sorted({e["commit"] for e in tree.files.values() if e.get("commit")})
     # the repository the tree is committed to; outside one, the checkout this audit runs from
     repo = tree.dir if git_commit_exists("HEAD", tree.dir) else Path(__file__).parent

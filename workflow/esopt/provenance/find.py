@@ -150,6 +150,7 @@ def _model_dir_of_build(rec: dict[str, Any], res: Callable[[str], Path]) -> Path
 # ---------------------------------------------------------------- published trees
 
 MANIFEST = "MANIFEST.json"  # of a published tree (esopt.provenance.published, `esopt publish`)
+PARTIAL = "partial"  # published/NAME/partial/RUN/history.json: unfinished ES runs, continued in a later sitting
 FORMAT = "esopt-published/1"
 
 
@@ -180,6 +181,15 @@ class PublishedTree:
     @property
     def files(self) -> dict[str, dict[str, Any]]:
         return self.manifest.setdefault("files", {})
+
+    @property
+    def partials(self) -> dict[str, dict[str, Any]]:
+        """Unfinished ES runs, by run directory under results/: their history's sha256 and
+        generations (the history is at PARTIAL/RUN/history.json)."""
+        return self.manifest.setdefault("partial", {})
+
+    def partial_file(self, run: str) -> Path:
+        return self.dir / PARTIAL / run / "history.json"
 
     @property
     def root(self) -> Path:

@@ -10,7 +10,9 @@ copy instead of running it, while the job's settings are what the config asks fo
 Compact: provenance records, evaluations, ES histories, metrics, budgets, check and
 memory results, report tables. Never model weights (an ES run's are replayed from its
 base model and history.json; an RL run's cannot be), optimizer checkpoints, trajectories,
-figures or notebooks. Staleness follows the rerun map (esopt.provenance.jobs.settings,
+figures or notebooks. An ES run a sitting stopped before its end is published as a partial
+run (its resume history, partial/RUN/history.json): train-es on a fresh clone continues it
+(`partial_history`), and publishing the finished run removes it. Staleness follows the rerun map (esopt.provenance.jobs.settings,
 what the rules pass as params): a published job is used only while its settings, and
 those of every upstream job whose record it lists among its inputs, equal the config's.
 No torch here: the Snakefile imports it.
@@ -173,6 +175,28 @@ def fresh_copy(tree: PublishedTree, results_path: str, config: dict[str, Any],
     return f
 
 
+def partial_history(config: dict[str, Any], out: str | os.PathLike, workdir: str | os.PathLike = ".") -> Path | None:
+    """The published history of the unfinished ES run whose output directory is `out` (a
+    results/ path), when the config reads published results and the copy hashes as its
+    manifest lists; else None. Whether it is this run's (settings, base weights, episodes)
+    is the trainer's check when it continues it (esopt.es.trainer.ESTrainer.resume)."""
+    if not config["published"]["use"]:
+        return None
+    tree = PublishedTree.open(published_dir(config, workdir))
+    o = Path(out)
+    if o.is_absolute():
+        try:
+            o = o.relative_to(_abs(workdir))
+        except ValueError:
+            return None
+    run = tree.rel(o) if tree is not None else None
+    entry = tree.partials.get(run) if run is not None else None
+    if entry is None:
+        return None
+    f = tree.partial_file(run)
+    return Path(os.path.relpath(f, _abs(workdir))) if f.is_file() and sha256_file(f) == entry["sha256"] else None
+
+
 class PipelineInputs:
     """What the report rules read (workflow/rules/common.smk: `result(path)`): a results/
     path, or its published copy when that is fresh for the config (config `published`)."""
@@ -204,6 +228,8 @@ class PublishReport:
     kept: list[str] = field(default_factory=list)  # records of jobs whose fresh published copy stays
     stale: list[str] = field(default_factory=list)  # published records the config would run again
     skipped: dict[str, list[str]] = field(default_factory=dict)  # reason -> records
+    partial: dict[str, int] = field(default_factory=dict)  # unfinished ES runs published now -> generations
+    finished: list[str] = field(default_factory=list)  # partial runs removed: their finished run is published
 
     def skip(self, why: str, rec: str) -> None:
         self.skipped.setdefault(why, []).append(rec)
@@ -221,6 +247,14 @@ class PublishReport:
             out.append(f"{len(self.stale)} published job(s) are stale for this config (the pipeline does not use "
                        f"them; publishing their rerun replaces them): {', '.join(self.stale[:3])}"
                        + (" ..." if len(self.stale) > 3 else ""))
+        if self.partial:
+            out.append(f"published {len(self.partial)} unfinished ES run(s) as partial histories (train-es "
+                       "continues them in a later sitting): "
+                       + ", ".join(f"{r} ({g} generations)" for r, g in sorted(self.partial.items())[:3])
+                       + (" ..." if len(self.partial) > 3 else ""))
+        if self.finished:
+            out.append(f"removed {len(self.finished)} partial run(s) whose finished run is published: "
+                       f"{', '.join(self.finished[:3])}" + (" ..." if len(self.finished) > 3 else ""))
         for why, recs in sorted(self.skipped.items()):
             out.append(f"not published, {why}: {len(recs)} record(s): {', '.join(recs[:3])}"
                        + (" ..." if len(recs) > 3 else ""))
@@ -369,15 +403,67 @@ def publish(config: dict[str, Any], config_path: str | os.PathLike, results: str
                 report.skip("a report whose inputs are not all this config's published results", job.rel)
                 continue
         place(job)
-    if changed:
+    partial = _partial_runs(results, tree, changed, report)
+    if changed or partial:
         for rel, (src, entry) in sorted(changed.items()):
             with atomic_path(tree.dir / rel) as tmp:
                 shutil.copyfile(src, tmp)
             tree.files[rel] = entry
+        for run, (src, entry) in sorted(partial.items()):
+            if src is not None:
+                with atomic_path(tree.partial_file(run)) as tmp:
+                    shutil.copyfile(src, tmp)
+                tree.partials[run] = entry | {"commit": _head(root)}
+        kept = {r: e for r, e in sorted(tree.partials.items()) if r not in partial or partial[r][1] is not None}
+        tree.manifest.pop("partial", None)
+        if kept:
+            tree.manifest["partial"] = kept
         tree.manifest.update(config_path=str(config_path), command=argv if argv is not None else sys.argv,
                              commit=_head(root))
         tree.manifest["files"] = dict(sorted(tree.files.items()))
         write_json_atomic(tree.dir / MANIFEST, tree.manifest)
+        for run, (_, entry) in partial.items():  # after the manifest: a removed file is listed nowhere
+            if entry is None:
+                f = tree.partial_file(run)
+                f.unlink(missing_ok=True)
+                for d in f.parents:  # the run's empty directories, up to published/NAME/
+                    if d == tree.dir or any(d.iterdir()):
+                        break
+                    d.rmdir()
     now: dict[str, str | None] = {}
     report.stale = [r for r, e in tree.files.items() if e["kind"] == "record" and stale(tree, r, config, now)]
     return report
+
+
+def _partial_runs(results: Path, tree: PublishedTree, changed: dict[str, Any],
+                  report: PublishReport) -> dict[str, tuple[Path | None, dict[str, Any] | None]]:
+    """What publishing does to the partial runs: run -> (history to copy, its manifest entry);
+    (None, None) removes a published partial run whose finished run is now published, or is
+    published with this call. An unfinished train-es run is one whose resume directory holds
+    a history of at least one generation (a killed run, or one a sitting stopped)."""
+    out: dict[str, tuple[Path | None, dict[str, Any] | None]] = {}
+    for h in sorted(results.glob("**/.resume/history.json")):
+        run_dir = h.parent.parent
+        run = run_dir.relative_to(results).as_posix()
+        if f"{run}/provenance.json" in changed or (run_dir / "provenance.json").is_file():
+            continue  # finished (its record is written before the resume directory goes)
+        hist = _read_record(h) or {}
+        r = hist.get("run") or {}
+        if not hist.get("generations") or r.get("benchmark") != "sudoku" or not isinstance(r.get("es"), dict):
+            report.skip("not an unfinished train-es run with a generation done", f"{run}/.resume/history.json")
+            continue
+        if (h.parent / "evals.jsonl").exists():  # esopt.runs.periodic.EVALS
+            report.skip("an unfinished ES run with periodic evaluations (es.eval_every), which a later sitting "
+                        "would not have", f"{run}/.resume/history.json")
+            continue
+        sha = sha256_file(h)
+        if tree.partials.get(run, {}).get("sha256") == sha:
+            report.unchanged += 1
+            continue
+        out[run] = (h, {"sha256": sha, "generations": len(hist["generations"])})
+        report.partial[run] = len(hist["generations"])
+    for run in tree.partials:
+        if f"{run}/provenance.json" in tree.files or f"{run}/provenance.json" in changed:
+            out[run] = (None, None)
+            report.finished.append(run)
+    return out

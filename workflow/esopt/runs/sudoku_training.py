@@ -48,11 +48,13 @@ def es_budget(history, params: int, population: int, n_tasks: int, horizon: int,
 
 
 def train_es(es: EsRun, episodes: SudokuEpisodes, evaluation: SudokuEvaluation, engine: dict[str, Any], model_dir: str,
-             population: int, seed: int, resume_dir: Path, traj_dir: Path, collective) -> SudokuTraining:
+             population: int, seed: int, resume_dir: Path, traj_dir: Path, collective,
+             continue_from: Path | None = None) -> SudokuTraining:
     """Agentic ESOpt (or its es.variants ablation) at es.horizon from the model in `model_dir`,
     on the `engine` (esopt.config.engine_settings). Every member sees the same task batch and
     sampling seed (common random numbers); the population is sharded over the collective's
-    ranks, which must end at the same weights."""
+    ranks, which must end at the same weights. `continue_from`: this run's history from an
+    earlier sitting (a published partial run), continued when resume_dir has none."""
     from esopt.agent.engines import hf_model_device, open_engine
     from esopt.agent.rollout import kept_steps, write_trajectories
     from esopt.es import ESConfig, ESRun, ESTrainer
@@ -112,7 +114,7 @@ def train_es(es: EsRun, episodes: SudokuEpisodes, evaluation: SudokuEvaluation, 
     pool = {"train_pool": episodes.train_pool, "train_pool_seed": episodes.train_pool_seed} if episodes.train_pool else {}
     evaluate = PeriodicEval(episodes, evaluation, es, policy, tok, collective, resume_dir / EVALS) if es.eval_every else None
     trainer = weights.trainer(
-        es_cfg, fitness, history_path=resume_dir / "history.json", trainer_cls=EvaluatingESTrainer if evaluate else ESTrainer,
+        es_cfg, fitness, history_path=resume_dir / "history.json", continue_from=continue_from, trainer_cls=EvaluatingESTrainer if evaluate else ESTrainer,
         run_info={"benchmark": "sudoku", "horizon": horizon, "method": es.method,
                   "base_weights_sha256": weights.base_weights_sha256, "episode": spec.record(),
                   "tasks_per_member": n_tasks} | pool | ({"weight_scale": weight_scale} if weight_scale else {}),
@@ -133,6 +135,8 @@ def train_es(es: EsRun, episodes: SudokuEpisodes, evaluation: SudokuEvaluation, 
     extra = {"base_weights_sha256": weights.base_weights_sha256, "final_weights_sha256": history.final["weights_sha256"],
              "model_device": str(model.device), "engine": engine_record,
              "ranks": {"world_size": collective.world_size, "replica_weights_sha256": replicas}}
+    if trainer.continued:  # an earlier sitting's generations: their trajectories stayed there
+        extra["continued_from"] = trainer.continued
     metrics = with_evals([r.metrics() for r in history.generations], read_evals(resume_dir / EVALS))
     return SudokuTraining(model, tok, metrics, budget, extra, history)
 
