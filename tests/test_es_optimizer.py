@@ -328,6 +328,18 @@ def test_continue_from_an_earlier_sittings_history(tmp_path, caplog):
     assert "continued from" in caplog.text and "after 2 generations" in caplog.text
     assert weights_sha256(net2) == weights_sha256(net)
     assert len(History.load(tmp_path / "next" / "h.json").generations) == 4
+    assert tr2.continued["generations"] == 2
+
+    # killed one generation after it continued: the resume from its own history still says so
+    net4, tr4 = trainer(4, tmp_path / "killed" / "h.json")
+    tr4.continue_from = tmp_path / "partial.json"
+    done = tr4.resume()
+    tr4.history.generations.append(tr4.step(done))
+    tr4.history.save(tmp_path / "killed" / "h.json")
+    net5, tr5 = trainer(4, tmp_path / "killed" / "h.json")
+    tr5.continue_from = tmp_path / "partial.json"
+    tr5.run()
+    assert tr5.continued == tr4.continued == tr2.continued and weights_sha256(net5) == weights_sha256(net)
 
     caplog.clear()
     net3, tr3 = trainer(5, tmp_path / "other" / "h.json")  # another run: its own seed stream

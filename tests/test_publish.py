@@ -264,6 +264,9 @@ def test_an_unfinished_es_run_is_continued_in_the_next_sitting(sitting, tmp_path
     manifest = json.loads((pub / MANIFEST).read_text())
     assert manifest["partial"][run]["generations"] == 1
     assert (pub / "partial" / run / "history.json").read_bytes() == (one / RUN / ".resume/history.json").read_bytes()
+    before = (pub / MANIFEST).read_bytes()
+    res = esopt(one, "publish", "--config", "config/smoke.yaml")  # again: nothing changes, the partial run stays
+    assert "published 0 file(s)" in res.stdout and "partial" not in res.stdout and (pub / MANIFEST).read_bytes() == before
     audit = esopt(one, "audit", "published/smoke")
     assert audit.returncode == 0 and "1 unfinished ES run(s) published as partial histories" in audit.stdout, audit.stdout
 

@@ -10,7 +10,8 @@ is published as its resume history, --to/partial/RUN/history.json, which train-e
 on a fresh clone; publishing the finished run removes it. A job is published when its record is
 complete, its outputs hash as recorded, its settings are what the config asks for (the
 rerun map, esopt.provenance.jobs) and its upstream records are published. Writes are
-atomic and the command is idempotent: it adds and updates, never deletes, and writes
+atomic and the command is idempotent: it adds and updates, deletes only a partial run whose
+finished run is published, and writes
 published/NAME/MANIFEST.json (each file's sha256, the commit and config hash it came
 from, the command line). Commit the directory; the pipeline then reads those jobs'
 published outputs instead of running them (docs/pipeline.md#running-a-grid-in-pieces-published-results).

@@ -19,6 +19,7 @@ collective's member_deadline_s stops the run (esopt.es.deadline).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -37,9 +38,10 @@ from esopt.es.history import GenerationRecord, History
 from esopt.es.lowrank import make_perturber
 from esopt.es.normalize import normalize_rewards
 from esopt.es.settings import ESConfig, member_seeds, task_seed
-from esopt.io import sha256_file
+from esopt.io import sha256_file, write_json_atomic
 
 log = logging.getLogger(__name__)
+CONTINUED = "continued.json"  # beside history_path: the earlier sitting's history a run continued (continue_from)
 
 
 @dataclass
@@ -131,15 +133,21 @@ class ESTrainer:
                 mismatch = f"{path}: seed stream of generation {rec.generation} does not match"
                 break
         if mismatch is not None and own:
-            raise ValueError(mismatch + ("; delete it or use another output directory" if "different" in mismatch else ""))
+            raise ValueError(mismatch + ("; delete it or use another output directory" if old.run != self.history.run else ""))
         if mismatch is not None:
             log.warning("not continuing: %s; the run starts at generation 0", mismatch)
             return 0
         old.final = None
         old.replay(self.perturber)
         self.history = old
+        # where the run was continued from, beside its own history so that a resume keeps it
+        marker = Path(self.history_path).with_name(CONTINUED) if self.history_path is not None else None
         if not own:
             self.continued = {"history": str(path), "sha256": sha256_file(path), "generations": len(old.generations)}
+            if marker is not None and self.collective.is_main:
+                write_json_atomic(marker, self.continued)
+        elif marker is not None and marker.exists():
+            self.continued = json.loads(marker.read_text())
         log.info("%s from %s after %d generations", "resumed" if own else "continued", path, len(old.generations))
         return len(old.generations)
 

@@ -185,8 +185,9 @@ class PublishedTree:
     @property
     def partials(self) -> dict[str, dict[str, Any]]:
         """Unfinished ES runs, by run directory under results/: their history's sha256 and
-        generations (the history is at PARTIAL/RUN/history.json)."""
-        return self.manifest.setdefault("partial", {})
+        generations (the history is at PARTIAL/RUN/history.json). Read only: `esopt publish`
+        writes the manifest's "partial"."""
+        return self.manifest.get("partial") or {}
 
     def partial_file(self, run: str) -> Path:
         return self.dir / PARTIAL / run / "history.json"

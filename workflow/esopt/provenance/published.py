@@ -21,6 +21,7 @@ No torch here: the Snakefile imports it.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from esopt.config import named_model
 from esopt.io import atomic_path, sha256_file, write_json_atomic
 from esopt.provenance import jobs
 from esopt.provenance.find import (
@@ -43,6 +45,7 @@ from esopt.provenance.find import (
     is_provenance_file,
     records_under,
 )
+from esopt.spec.sudoku import EsRun
 
 REQUIRED = ("command", "config", "config_sha256", "inputs", "outputs", "end")  # a record is written last: complete
 # compact files of training and search runs, by name, and the kind publish counts them as
@@ -403,7 +406,7 @@ def publish(config: dict[str, Any], config_path: str | os.PathLike, results: str
                 report.skip("a report whose inputs are not all this config's published results", job.rel)
                 continue
         place(job)
-    partial = _partial_runs(results, tree, changed, report)
+    partial = _partial_runs(results, tree, config, changed, known, report)
     if changed or partial:
         for rel, (src, entry) in sorted(changed.items()):
             with atomic_path(tree.dir / rel) as tmp:
@@ -413,11 +416,12 @@ def publish(config: dict[str, Any], config_path: str | os.PathLike, results: str
             if src is not None:
                 with atomic_path(tree.partial_file(run)) as tmp:
                     shutil.copyfile(src, tmp)
-                tree.partials[run] = entry | {"commit": _head(root)}
-        kept = {r: e for r, e in sorted(tree.partials.items()) if r not in partial or partial[r][1] is not None}
-        tree.manifest.pop("partial", None)
-        if kept:
-            tree.manifest["partial"] = kept
+                tree.manifest.setdefault("partial", {})[run] = entry | {"commit": _head(root)}
+        if partial:
+            tree.manifest["partial"] = {r: e for r, e in sorted(tree.partials.items())
+                                        if r not in partial or partial[r][1] is not None}
+            if not tree.manifest["partial"]:
+                del tree.manifest["partial"]
         tree.manifest.update(config_path=str(config_path), command=argv if argv is not None else sys.argv,
                              commit=_head(root))
         tree.manifest["files"] = dict(sorted(tree.files.items()))
@@ -427,7 +431,7 @@ def publish(config: dict[str, Any], config_path: str | os.PathLike, results: str
                 f = tree.partial_file(run)
                 f.unlink(missing_ok=True)
                 for d in f.parents:  # the run's empty directories, up to published/NAME/
-                    if d == tree.dir or any(d.iterdir()):
+                    if d == tree.dir or not d.is_dir() or any(d.iterdir()):
                         break
                     d.rmdir()
     now: dict[str, str | None] = {}
@@ -435,35 +439,69 @@ def publish(config: dict[str, Any], config_path: str | os.PathLike, results: str
     return report
 
 
-def _partial_runs(results: Path, tree: PublishedTree, changed: dict[str, Any],
-                  report: PublishReport) -> dict[str, tuple[Path | None, dict[str, Any] | None]]:
+def _partial_runs(results: Path, tree: PublishedTree, config: dict[str, Any], changed: dict[str, Any],
+                  known: dict[str, str | None], report: PublishReport) -> dict[str, tuple[Path | None, dict[str, Any] | None]]:
     """What publishing does to the partial runs: run -> (history to copy, its manifest entry);
-    (None, None) removes a published partial run whose finished run is now published, or is
-    published with this call. An unfinished train-es run is one whose resume directory holds
-    a history of at least one generation (a killed run, or one a sitting stopped)."""
+    (None, None) removes a published partial run whose finished run is published fresh (now or
+    before). An unfinished train-es run of this config is one whose resume directory holds a
+    history of at least one generation (a killed run, or one a sitting stopped), at a path of
+    this config's grid, without periodic evaluations (es.eval_every: a later sitting would not
+    have them). A published partial run is replaced by a longer history of the same run, or
+    by another run's (the config changed), never by a shorter one of the same run."""
+
+    def finished(run: str) -> bool:  # its record is published fresh, or is with this call
+        rec = f"{run}/provenance.json"
+        return rec in changed or (rec in tree.files and stale(tree, rec, config, known) is None)
+
     out: dict[str, tuple[Path | None, dict[str, Any] | None]] = {}
     for h in sorted(results.glob("**/.resume/history.json")):
         run_dir = h.parent.parent
-        run = run_dir.relative_to(results).as_posix()
-        if f"{run}/provenance.json" in changed or (run_dir / "provenance.json").is_file():
+        run, shown = run_dir.relative_to(results).as_posix(), h.relative_to(results).as_posix()
+        if (run_dir / "provenance.json").is_file() or finished(run):
             continue  # finished (its record is written before the resume directory goes)
         hist = _read_record(h) or {}
         r = hist.get("run") or {}
         if not hist.get("generations") or r.get("benchmark") != "sudoku" or not isinstance(r.get("es"), dict):
-            report.skip("not an unfinished train-es run with a generation done", f"{run}/.resume/history.json")
+            report.skip("not an unfinished train-es run with a generation done", shown)
             continue
-        if (h.parent / "evals.jsonl").exists():  # esopt.runs.periodic.EVALS
-            report.skip("an unfinished ES run with periodic evaluations (es.eval_every), which a later sitting "
-                        "would not have", f"{run}/.resume/history.json")
+        why = _not_an_es_run_of(config, run, r)
+        if why:
+            report.skip(why, shown)
             continue
-        sha = sha256_file(h)
-        if tree.partials.get(run, {}).get("sha256") == sha:
+        sha, n = sha256_file(h), len(hist["generations"])
+        listed = tree.partials.get(run)
+        if listed is not None and listed["sha256"] == sha:
             report.unchanged += 1
             continue
-        out[run] = (h, {"sha256": sha, "generations": len(hist["generations"])})
-        report.partial[run] = len(hist["generations"])
+        if listed is not None and n <= listed["generations"] and (_read_record(tree.partial_file(run)) or {}).get("run") == r:
+            report.skip("a history of the same run no longer than its published partial one", shown)
+            continue
+        out[run] = (h, {"sha256": sha, "generations": n})
+        report.partial[run] = n
     for run in tree.partials:
-        if f"{run}/provenance.json" in tree.files or f"{run}/provenance.json" in changed:
+        if finished(run):
             out[run] = (None, None)
             report.finished.append(run)
     return out
+
+
+def _not_an_es_run_of(config: dict[str, Any], run: str, history_run: dict[str, Any]) -> str | None:
+    """Why results/RUN is not a train-es run this config's grid has, that a later sitting
+    continues (None when it is): its path (train/es[_VARIANT]/MODEL/sudoku/hH_gG_sS), its
+    generations, es.eval_every. The trainer checks the rest when it continues it."""
+    parts = run.split("/")
+    m = re.fullmatch(r"h(\d+)_g(\d+)_s(\d+)", parts[-1]) if len(parts) == 5 else None
+    if m is None or parts[0] != "train" or parts[3] != "sudoku" or not parts[1].startswith("es"):
+        return "not a train-es run directory (train/es[_VARIANT]/MODEL/sudoku/hH_gG_sS)"
+    variant = parts[1].removeprefix("es").removeprefix("_") or None
+    try:
+        if parts[2] != config["model"]["name"]:
+            named_model(config, parts[2])
+        es = EsRun.from_config(config, int(m[1]), variant)
+    except (KeyError, ValueError, TypeError) as e:
+        return f"not a train-es run of this config ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+    if es.eval_every:
+        return "an unfinished ES run with periodic evaluations (es.eval_every), which a later sitting would not have"
+    if history_run["es"].get("generations") != es.generations:
+        return "an unfinished ES run of other settings than the config's (es.generations)"
+    return None
