@@ -8,7 +8,8 @@ DIR/trajectories/   sampled episodes (member 0) of the first, every 10th and las
 DIR/provenance.json
 A killed run leaves its progress in DIR/.resume/ and continues from there when rerun. A run
 an earlier sitting published unfinished (esopt publish: published/NAME/partial/) continues
-from that history when DIR/.resume/ has none, if it is this run's (settings, base weights).
+from that history when DIR/.resume/ has none, if it is this run's (settings, base weights);
+not with es.eval_every (its periodic evaluations stayed in the earlier sitting).
 
 --variant NAME runs an ablation of config es.variants (e.g. vanilla: constant σ).
 Under torchrun (WORLD_SIZE > 1) the population is sharded across ranks, one model
