@@ -123,8 +123,8 @@ class ESTrainer:
         old = History.load(path)
         if isinstance(old.run.get("es"), dict):  # histories from before the option rounded to nearest
             old.run["es"].setdefault("update_rounding", "nearest")
-        mismatch = None
-        if old.run != self.history.run:
+        mismatch, other_run = None, old.run != self.history.run
+        if other_run:
             diff = {k for k in set(old.run) | set(self.history.run) if old.run.get(k) != self.history.run.get(k)}
             mismatch = f"{path} belongs to a different run (differs in {sorted(diff)})"
         for rec in old.generations if mismatch is None else ():
@@ -133,7 +133,7 @@ class ESTrainer:
                 mismatch = f"{path}: seed stream of generation {rec.generation} does not match"
                 break
         if mismatch is not None and own:
-            raise ValueError(mismatch + ("; delete it or use another output directory" if old.run != self.history.run else ""))
+            raise ValueError(mismatch + ("; delete it or use another output directory" if other_run else ""))
         if mismatch is not None:
             log.warning("not continuing: %s; the run starts at generation 0", mismatch)
             return 0

@@ -12,8 +12,9 @@ memory results, report tables. Never model weights (an ES run's are replayed fro
 base model and history.json; an RL run's cannot be), optimizer checkpoints, trajectories,
 figures or notebooks. An ES run a sitting stopped before its end is published as a partial
 run (its resume history, partial/RUN/history.json): train-es on a fresh clone continues it
-(`partial_history`), and publishing the finished run removes it. Staleness follows the rerun map (esopt.provenance.jobs.settings,
-what the rules pass as params): a published job is used only while its settings, and
+(`partial_history`), and publishing the finished run removes it. Staleness follows the
+rerun map (esopt.provenance.jobs.settings, what the rules pass as params): a published
+job is used only while its settings, and
 those of every upstream job whose record it lists among its inputs, equal the config's.
 No torch here: the Snakefile imports it.
 """
@@ -408,22 +409,23 @@ def publish(config: dict[str, Any], config_path: str | os.PathLike, results: str
         place(job)
     partial = _partial_runs(results, tree, config, changed, known, report)
     if changed or partial:
+        head = _head(root)
         for rel, (src, entry) in sorted(changed.items()):
             with atomic_path(tree.dir / rel) as tmp:
                 shutil.copyfile(src, tmp)
             tree.files[rel] = entry
-        for run, (src, entry) in sorted(partial.items()):
+        for run, (src, _) in sorted(partial.items()):
             if src is not None:
                 with atomic_path(tree.partial_file(run)) as tmp:
                     shutil.copyfile(src, tmp)
-                tree.manifest.setdefault("partial", {})[run] = entry | {"commit": _head(root)}
-        if partial:
-            tree.manifest["partial"] = {r: e for r, e in sorted(tree.partials.items())
-                                        if r not in partial or partial[r][1] is not None}
-            if not tree.manifest["partial"]:
+        if partial:  # the kept entries, the new ones; the key only while a run is listed
+            runs = {r: e for r, e in tree.partials.items() if r not in partial}
+            runs |= {r: e | {"commit": head} for r, (_, e) in partial.items() if e is not None}
+            tree.manifest["partial"] = dict(sorted(runs.items()))
+            if not runs:
                 del tree.manifest["partial"]
         tree.manifest.update(config_path=str(config_path), command=argv if argv is not None else sys.argv,
-                             commit=_head(root))
+                             commit=head)
         tree.manifest["files"] = dict(sorted(tree.files.items()))
         write_json_atomic(tree.dir / MANIFEST, tree.manifest)
         for run, (_, entry) in partial.items():  # after the manifest: a removed file is listed nowhere
