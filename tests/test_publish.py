@@ -269,6 +269,14 @@ def test_an_unfinished_es_run_is_continued_in_the_next_sitting(sitting, tmp_path
     assert "published 0 file(s)" in res.stdout and "partial" not in res.stdout and (pub / MANIFEST).read_bytes() == before
     audit = esopt(one, "audit", "published/smoke")
     assert audit.returncode == 0 and "1 unfinished ES run(s) published as partial histories" in audit.stdout, audit.stdout
+    bare = tmp_path / "bare"  # a first sitting that finished nothing: partial runs, no record
+    shutil.copytree(pub / "partial", bare / "published/smoke/partial")
+    (bare / "published/smoke" / MANIFEST).write_text(json.dumps({**manifest, "files": {}}))
+    audit = esopt(bare, "audit", "published/smoke", check=False)
+    assert audit.returncode == 0 and f"{run} (1 generations)" in audit.stdout, audit.stdout + audit.stderr
+    assert "every file is a record or an output one lists" in audit.stdout
+    (bare / "published/smoke/partial" / run / "history.json").write_text("{}")
+    assert esopt(bare, "audit", "published/smoke", check=False).returncode == 1
 
     two = copy_workflow(tmp_path / "two")
     shutil.copytree(pub, two / "published/smoke")

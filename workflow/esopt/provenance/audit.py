@@ -71,7 +71,7 @@ esopt.provenance.find.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from esopt.io import sha256_file
@@ -87,6 +87,7 @@ from esopt.provenance.find import (
     is_provenance_file,
     produced_files,
     producer_of,
+    records_under,
     resolver,
 )
 from esopt.provenance.published import git_commit_exists
@@ -115,10 +116,12 @@ def _shown(files: list[str], n: int = 5) -> str:
     return ", ".join(files[:n]) + (f" (+{len(files) - n} more)" if len(files) > n else "")
 
 
-def coverage_check(directory: Path, records: list[Path], root: Path | None) -> Check:
+def coverage_check(directory: Path, records: list[Path], root: Path | None,
+                   trees: Sequence[PublishedTree] = ()) -> Check:
     """coverage: every file under an audited directory is a record or an output one lists
-    (hidden directories and rule logs aside); the others are results nothing vouches for."""
-    covered: set[Path] = set()
+    (hidden directories and rule logs aside), or a published tree's manifest or partial run
+    (the manifest and partial checks'); the others are results nothing vouches for."""
+    covered: set[Path] = {f for t in trees for f in (t.dir / MANIFEST, *map(t.partial_file, t.partials))}
     configs: set[Path] = set()
     for prov in records:
         rec = _read_record(prov) or {}
@@ -126,7 +129,7 @@ def coverage_check(directory: Path, records: list[Path], root: Path | None) -> C
         tree = PublishedTree.containing(prov)
         if tree is not None:  # a published record: its outputs are the published copies (the manifest checks them)
             covered |= {tree.dir / MANIFEST, *(tree.local(o) for o in rec.get("outputs") or {}),
-                        *map(tree.partial_file, tree.partials)}  # partial runs: the manifest check's
+                        *map(tree.partial_file, tree.partials)}
             continue
         covered |= produced_files(prov, rec, root) if isinstance(rec.get("outputs"), dict) else set()
         if rec.get("config_path"):
@@ -264,7 +267,10 @@ def audit(path: str | os.PathLike, *, root: str | os.PathLike | None = None, rep
     from tqdm.auto import tqdm
 
     auditor = Auditor(root, replay, max_replay_params, on_check)
-    queue = find_records(path, auditor.root)
+    target = _abs(path)
+    # a published tree of partial runs only (a first sitting that finished nothing) has no record
+    bare = PublishedTree.open(target) if target.is_dir() and not records_under(target) else None
+    queue = [] if bare is not None else find_records(path, auditor.root)
     listed = list(queue)
     audited: list[tuple[Path, dict]] = []  # with --upstream: (record, its content), in audit order
     report = AuditReport(str(path))
@@ -298,14 +304,14 @@ def audit(path: str | os.PathLike, *, root: str | os.PathLike | None = None, rep
                 if on_record:
                     on_record(prov)
                 auditor._emit(report.checks, c)
-    target = _abs(path)
-    if target.is_dir() and listed and all(target in p.parents for p in listed):
+    if bare is not None or target.is_dir() and listed and all(target in p.parents for p in listed):
         if on_record:
             on_record(target)
         trees = {t.dir: t for p in listed if (t := PublishedTree.containing(p)) is not None}
+        trees.update({bare.dir: bare} if bare is not None else {})
         for d, tree in sorted(trees.items()):
             if d == target or target in d.parents:
                 for c in published_checks(tree):
                     auditor._emit(report.checks, c)
-        auditor._emit(report.checks, coverage_check(target, listed, auditor.root))
+        auditor._emit(report.checks, coverage_check(target, listed, auditor.root, list(trees.values())))
     return report

@@ -8,7 +8,12 @@ reruns exactly the jobs that run it. They are derived here, never written by han
   the module P.Y when Y is one;
 - the `__init__.py` of every package on the way (importing esopt.a.b runs esopt/a/__init__);
 - a string literal that names an esopt module ("esopt.envs.math", for importlib) or a file
-  beside the module ("run_aco_tsp.py", a script shipped into the sandbox by path).
+  beside the module ("run_aco_tsp.py", a script shipped into the sandbox by path);
+- a package that exports names lazily (a module-level `EXPORTS = {name: module}` dict and
+  a PEP 562 `__getattr__`, as esopt.es does): `from P import name` counts the module that
+  defines the name, `import P` every module of EXPORTS (any may be read as P.name), and a
+  module that only passes through P (importing P.sub) none of them. Imports under
+  `if TYPE_CHECKING:` never run and do not count.
 """
 
 from __future__ import annotations
@@ -71,19 +76,66 @@ def _source_of(path: Path) -> str:
     return path.read_text()
 
 
+def _is_type_checking(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
+                                         or isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _is_exports(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id == "EXPORTS")
+
+
+def _nodes(tree: ast.Module):
+    """Every node of the tree but the bodies of `if TYPE_CHECKING:` (else branches kept) and
+    the module's EXPORTS table (its names count where they are imported, not here)."""
+    todo: list[ast.AST] = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        if _is_type_checking(node):
+            todo += node.orelse
+        elif not (_is_exports(node) and node in tree.body):
+            todo += ast.iter_child_nodes(node)
+
+
+@cache
+def lazy_exports(name: str) -> dict[str, str]:
+    """A package's lazily exported names and the modules that define them (its EXPORTS)."""
+    f = module_file(name)
+    if f is None or f.name != "__init__.py":
+        return {}
+    for node in ast.parse(f.read_text(), str(f)).body:
+        if _is_exports(node):
+            return dict(ast.literal_eval(node.value))
+    return {}
+
+
 def direct_dependencies(path: Path, name: str | None = None) -> tuple[set[str], set[Path]]:
     """(esopt modules, sibling files) that one source file (a module or a notebook) names."""
     is_package = path.name == "__init__.py"
     current = name or (module_name(path) if path.suffix == ".py" else "")
     modules: set[str] = set()
     files: set[Path] = set()
-    for node in ast.walk(ast.parse(_source_of(path), str(path))):
+    for node in _nodes(ast.parse(_source_of(path), str(path))):
         if isinstance(node, ast.Import):
-            modules.update(a.name for a in node.names)
+            for a in node.names:  # P.name may be read after `import P`: all of P's lazy exports
+                modules.add(a.name)
+                modules.update(lazy_exports(a.name).values())
         elif isinstance(node, ast.ImportFrom):
             base = _resolve(node, current, is_package)
             modules.add(base)
-            modules.update(f"{base}.{a.name}" for a in node.names)
+            for a in node.names:
+                if a.name == "*":  # the package's __all__, its lazy exports among them
+                    modules.update(lazy_exports(base).values())
+                    continue
+                sub = f"{base}.{a.name}"
+                if module_file(sub) is not None:
+                    modules.add(sub)
+                    modules.update(lazy_exports(sub).values())
+                elif a.name in lazy_exports(base):
+                    modules.add(lazy_exports(base)[a.name])
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             if _MODULE_NAME.fullmatch(node.value):
                 modules.add(node.value)
