@@ -117,7 +117,7 @@ def _shown(files: list[str], n: int = 5) -> str:
 
 
 def coverage_check(directory: Path, records: list[Path], root: Path | None,
-                   trees: Sequence[PublishedTree] = ()) -> Check:
+                   trees: Sequence[PublishedTree]) -> Check:
     """coverage: every file under an audited directory is a record or an output one lists
     (hidden directories and rule logs aside), or a published tree's manifest or partial run
     (the manifest and partial checks'); the others are results nothing vouches for."""
@@ -128,8 +128,7 @@ def coverage_check(directory: Path, records: list[Path], root: Path | None,
         covered.add(_abs(prov))
         tree = PublishedTree.containing(prov)
         if tree is not None:  # a published record: its outputs are the published copies (the manifest checks them)
-            covered |= {tree.dir / MANIFEST, *(tree.local(o) for o in rec.get("outputs") or {}),
-                        *map(tree.partial_file, tree.partials)}
+            covered |= {tree.local(o) for o in rec.get("outputs") or {}}
             continue
         covered |= produced_files(prov, rec, root) if isinstance(rec.get("outputs"), dict) else set()
         if rec.get("config_path"):
@@ -268,9 +267,11 @@ def audit(path: str | os.PathLike, *, root: str | os.PathLike | None = None, rep
 
     auditor = Auditor(root, replay, max_replay_params, on_check)
     target = _abs(path)
+    queue = records_under(target) if target.is_dir() else []
     # a published tree of partial runs only (a first sitting that finished nothing) has no record
-    bare = PublishedTree.open(target) if target.is_dir() and not records_under(target) else None
-    queue = [] if bare is not None else find_records(path, auditor.root)
+    bare = PublishedTree.open(target) if target.is_dir() and not queue else None
+    if not queue and bare is None:
+        queue = find_records(path, auditor.root)
     listed = list(queue)
     audited: list[tuple[Path, dict]] = []  # with --upstream: (record, its content), in audit order
     report = AuditReport(str(path))
@@ -308,7 +309,8 @@ def audit(path: str | os.PathLike, *, root: str | os.PathLike | None = None, rep
         if on_record:
             on_record(target)
         trees = {t.dir: t for p in listed if (t := PublishedTree.containing(p)) is not None}
-        trees.update({bare.dir: bare} if bare is not None else {})
+        if bare is not None:
+            trees[bare.dir] = bare
         for d, tree in sorted(trees.items()):
             if d == target or target in d.parents:
                 for c in published_checks(tree):
