@@ -125,6 +125,25 @@ def test_token_cap_truncates_and_counts_as_failure(smoke):
         assert t.truncated and t.reward == 0.0 and not t.info["success"]
 
 
+def test_a_run_whose_episodes_the_cap_cuts_warns_once(smoke, caplog):
+    # At H* 15 a 2,048-token cap cut 6x6 episodes at ~23 of 45 turns, all scored 0: say so.
+    model, tok = smoke
+    cap = len(episodes(model, tok, 0, n=1)[0].tokens[0].context_ids) + 8 + 4  # one turn of two
+
+    def rollout_fn(policy, task_seed, sampling_seed, group, counters):
+        tasks = [t for t in generate_puzzles(4, 2, 2, seed=task_seed, split="train") for _ in range(group)]
+        return token_rollout(policy, tok, lambda: SudokuEnv(2), tasks, instructions(4, "short"),
+                             Sampling(do_sample=True, max_new_tokens=8), seed=sampling_seed, max_turns=2,
+                             history_turns=0, max_total_tokens=cap, counters=counters)
+
+    cfg = RLConfig(algo="grpo", steps=2, tasks_per_step=2, group_size=2, lr=1e-3, temperature=0.7)
+    with caplog.at_level("WARNING", logger="esopt.rl.trainer"):
+        metrics = RLTrainer(copy.deepcopy(model), cfg, rollout_fn, tok.pad_token_id, progress=False).run()
+    assert [m["truncated"] for m in metrics] == [1.0, 1.0]
+    cut = [r.getMessage() for r in caplog.records if "rl.max_total_tokens" in r.getMessage()]
+    assert len(cut) == 1 and cut[0].startswith("step 0: 100% of the episodes were cut")
+
+
 def _fixed_batch(model, tok, n, group):
     """A fixed set of episodes with mixed returns (the smoke model rarely solves a puzzle)."""
     trajs = episodes(model, tok, 0, n=n, max_turns=2)

@@ -452,9 +452,16 @@ class RLTrainer:
         done = len(self.metrics) or self.resume()  # a caller may have resumed already
         bar = tqdm(range(done, self.cfg.steps), initial=done, total=self.cfg.steps,
                    desc=f"Agentic {self.cfg.algo.upper()} steps", disable=not self.progress or self.rank != 0)
+        warned = False
         for t in bar:
             rec = self.step(t)
             self.metrics.append(rec)
+            if rec["truncated"] and not warned and self.rank == 0:
+                # A cut episode scores 0: a cap below the episodes' length makes the method fail by config.
+                log.warning("step %d: %.0f%% of the episodes were cut by rl.max_total_tokens and scored 0 "
+                            "(mean %.1f turns); raise the cap unless it is meant to bound memory",
+                            t, 100 * rec["truncated"], rec["mean_turns"])
+                warned = True
             for k in ("episodes", "generated_tokens", "rollout_tokens", "train_tokens", "wall_s"):
                 self.totals[k] += rec[k]
             if self.checkpoint_path is not None:

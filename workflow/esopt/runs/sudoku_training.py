@@ -188,8 +188,8 @@ def train_rl(rl: RlRun, episodes: SudokuEpisodes, model_dtype: str, model_dir: s
 
     def on_step(rec):
         step_of["t"] = rec["step"] + 1
-        log.info("step %d: R %.3f success %.3f turns %.1f pg %.4f clip %.3f tokens %d (%.1fs, rollout %.1fs)",
-                 rec["step"], rec["mean_reward"], rec["success_rate"], rec["mean_turns"], rec.get("pg_loss", 0.0),
+        log.info("step %d: R %.3f success %.3f turns %.1f cut %.2f pg %.4f clip %.3f tokens %d (%.1fs, rollout %.1fs)",
+                 rec["step"], rec["mean_reward"], rec["success_rate"], rec["mean_turns"], rec["truncated"], rec.get("pg_loss", 0.0),
                  rec.get("clip_frac", 0.0), rec["generated_tokens"], rec["wall_s"], rec["rollout_s"])
 
     trainer = RLTrainer(
