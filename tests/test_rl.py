@@ -1,9 +1,13 @@
 """Agentic GRPO / PPO: advantages, GAE, token-level rollouts and their masks, optimizer steps."""
 
 import copy
+import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
+import yaml
 
 from esopt.agent.rollout import Sampling
 from esopt.agent.tokens import token_rollout
@@ -14,6 +18,8 @@ from esopt.rl.advantages import gae, group_advantages, masked_whiten
 from esopt.rl.critic import build_critic
 from esopt.rl.losses import clipped_policy_loss, clipped_value_loss, token_logprobs
 from esopt.rl.trainer import RLConfig, RLTrainer, collate
+
+from conftest import SMOKE
 
 
 def test_group_advantages_by_hand():
@@ -142,6 +148,25 @@ def test_a_run_whose_episodes_the_cap_cuts_warns_once(smoke, caplog):
     assert [m["truncated"] for m in metrics] == [1.0, 1.0]
     cut = [r.getMessage() for r in caplog.records if "rl.max_total_tokens" in r.getMessage()]
     assert len(cut) == 1 and cut[0].startswith("step 0: 100% of the episodes were cut")
+
+
+def test_a_checkpoint_made_under_another_token_cap_is_not_resumed(smoke_model, tmp_path):
+    # The cap decides which episodes score 0, so a run continued under another one would mix two runs.
+    cfg = yaml.safe_load(SMOKE.read_text())
+    cfg["rl"]["steps"] = 1
+
+    def train_rl(cap: int, out: str) -> subprocess.CompletedProcess:
+        cfg["rl"]["max_total_tokens"] = cap
+        (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+        return subprocess.run([sys.executable, "-m", "esopt.cli.main", "train-rl", "--config", "config.yaml",
+                               "--threads", "1", "--algo", "grpo", "--horizon", "2", "--seed", "0",
+                               "--model", str(smoke_model), "--out", out], cwd=tmp_path, capture_output=True, text=True)
+
+    assert train_rl(1024, "first").returncode == 0
+    (tmp_path / "second" / ".resume").mkdir(parents=True)  # as if a run under cap 4096 was killed
+    shutil.copy(tmp_path / "first" / "checkpoint.pt", tmp_path / "second" / ".resume" / "checkpoint.pt")
+    cut = train_rl(4096, "second")
+    assert cut.returncode != 0 and "belongs to a different run (differs in ['max_total_tokens'])" in cut.stderr
 
 
 def _fixed_batch(model, tok, n, group):

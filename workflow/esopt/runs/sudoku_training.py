@@ -194,8 +194,10 @@ def train_rl(rl: RlRun, episodes: SudokuEpisodes, model_dtype: str, model_dir: s
 
     trainer = RLTrainer(
         policy, rcfg, rollout_fn, pad_id=tok.pad_token_id, critic=critic, checkpoint_path=resume_dir / "checkpoint.pt",
+        # the episodes' limits too: a checkpoint made under another token cap is another run
         run_info={"benchmark": "sudoku", "horizon": horizon, "method": method, "sampling": prof,
-                  "base_weights_sha256": base_hash},
+                  "base_weights_sha256": base_hash, "max_turns": episodes.turn_budget(horizon),
+                  "max_total_tokens": rl.max_total_tokens},
         on_step=on_step, collective=collective,
     )
     step_of["t"] = trainer.resume()
