@@ -8,15 +8,17 @@ any direction of that size. This benchmark tests that: for each trained run it m
 base along --draws random Gaussian directions with the run's displacement norm tensor by
 tensor, evaluates each like the run (`esopt evaluate`, same config, horizon and
 evaluation seed, so the same puzzles in the same order), and prints every model's change
-from the base, paired episode by episode, with its 95% interval.
+from the base, paired episode by episode, with its 95% interval. --scales also evaluates
+the base moved part of the way along the run's own move (base + s * (run - base)): to
+first order, what a smaller alpha would have reached.
 
     python benchmarks/random_displacement.py --config config/horizons.yaml --horizon 15 \\
         --base results/models/tiny-qwen35-6x6 \\
         --base-eval results/eval/tiny-qwen35-6x6/base/h15.json \\
         --run results/train/es/tiny-qwen35-6x6/sudoku/h15_g16_s0/model=results/eval/tiny-qwen35-6x6/es/h15_g16_s0/h15.json \\
-        --draws 2 --out docs/random_displacement_h15.json
+        --draws 2 --scales 0.25,0.5 --out docs/random_displacement_h15.json
 
-Each draw costs one evaluation (about 4 minutes of a core at H* 15 on the 6x6 base).
+Each draw or scale costs one evaluation (about 4 minutes of a core at H* 15 on the 6x6 base).
 """
 
 from __future__ import annotations
@@ -61,6 +63,11 @@ def random_move(base: dict[str, torch.Tensor], norms: dict[str, float], seed: in
     return out
 
 
+def scaled_move(base: dict[str, torch.Tensor], run: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:
+    """base + scale * (run - base): the run's own move, shortened or lengthened."""
+    return {k: (w.double() + scale * (run[k].double() - w.double())).to(w.dtype) for k, w in base.items()}
+
+
 def rms(norms: dict[str, float], base: dict[str, torch.Tensor]) -> float:
     return math.sqrt(sum(n * n for n in norms.values()) / sum(w.numel() for w in base.values()))
 
@@ -82,6 +89,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="a trained model directory and its evaluation summary at --horizon (repeatable)")
     ap.add_argument("--draws", type=int, default=2, help="random directions per run")
     ap.add_argument("--seed", type=int, default=0, help="seed of the first draw (draw k of run r: seed + 1000 r + k)")
+    ap.add_argument("--scales", type=lambda v: [float(x) for x in v.split(",") if x], default=[],
+                    help="comma list: also evaluate the base moved by these multiples of each run's own move "
+                         "(0.5: half the way; what a smaller alpha would have done, to first order)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, required=True, help="results JSON")
     args = ap.parse_args(argv)
@@ -90,35 +100,42 @@ def main(argv: list[str] | None = None) -> None:
     base_traj = args.base_eval.with_suffix(".trajectories.jsonl")
     rows = []
     with tempfile.TemporaryDirectory(prefix="random_displacement_") as tmp:
+
+        def measure(name: str, weights: dict[str, torch.Tensor]) -> dict:
+            """The base's directory with these weights, evaluated and paired with the base."""
+            d = Path(tmp) / name
+            d.mkdir()
+            for f in args.base.iterdir():
+                if f.is_file() and f.name not in NOT_COPIED:
+                    shutil.copy2(f, d / f.name)
+            save_file(weights, str(d / WEIGHTS), metadata={"format": "pt"})
+            return paired(base_traj, evaluate(args.config, d, args.horizon, d / f"h{args.horizon}.json", args.threads))
+
+        def shown(p: dict) -> str:
+            return f"{p['difference_points']:+.1f} [{p['ci95_points'][0]:+.1f}, {p['ci95_points'][1]:+.1f}] points"
+
         for r, spec in enumerate(args.run):
             model, _, summary = spec.partition("=")
             if not summary:
                 raise SystemExit(f"--run {spec}: expected MODEL=EVAL")
             model, summary = Path(model), Path(summary)
-            norms = displacement_norms(base, load_file(model / WEIGHTS))
+            trained = load_file(model / WEIGHTS)
+            norms = displacement_norms(base, trained)
             row = {"run": str(model), "rms_displacement": rms(norms, base),
-                   "run_vs_base": paired(base_traj, summary.with_suffix(".trajectories.jsonl")), "random": []}
+                   "run_vs_base": paired(base_traj, summary.with_suffix(".trajectories.jsonl")), "random": [], "scaled": []}
             for k in range(args.draws):
                 seed = args.seed + 1000 * r + k
-                d = Path(tmp) / f"run{r}_draw{k}"
-                d.mkdir()
-                for f in args.base.iterdir():
-                    if f.is_file() and f.name not in NOT_COPIED:
-                        shutil.copy2(f, d / f.name)
-                save_file(random_move(base, norms, seed), str(d / WEIGHTS), metadata={"format": "pt"})
-                traj = evaluate(args.config, d, args.horizon, d / f"h{args.horizon}.json", args.threads)
-                row["random"].append({"seed": seed, **paired(base_traj, traj)})
-                p = row["random"][-1]
-                print(f"{model}: random draw {k} (seed {seed}): {p['difference_points']:+.1f} "
-                      f"[{p['ci95_points'][0]:+.1f}, {p['ci95_points'][1]:+.1f}] points", flush=True)
+                row["random"].append({"seed": seed, **measure(f"run{r}_draw{k}", random_move(base, norms, seed))})
+                print(f"{model}: random draw {k} (seed {seed}): {shown(row['random'][-1])}", flush=True)
+            for scale in args.scales:
+                row["scaled"].append({"scale": scale, **measure(f"run{r}_scale{scale:g}", scaled_move(base, trained, scale))})
+                print(f"{model}: its move x {scale:g}: {shown(row['scaled'][-1])}", flush=True)
             rows.append(row)
-            p = row["run_vs_base"]
             moves = ", ".join(f"{q['difference_points']:+.1f}" for q in row["random"])
-            print(f"{model}: rms displacement {row['rms_displacement']:.5f}; the run "
-                  f"{p['difference_points']:+.1f} [{p['ci95_points'][0]:+.1f}, {p['ci95_points'][1]:+.1f}] points; "
-                  f"random moves of its size {moves}", flush=True)
+            print(f"{model}: rms displacement {row['rms_displacement']:.5f}; the run {shown(row['run_vs_base'])}; "
+                  f"random moves of its size {moves or '(none)'}", flush=True)
     write_json_atomic(args.out, {"config": args.config, "horizon": args.horizon, "base": str(args.base),
-                                 "base_eval": str(args.base_eval), "draws": args.draws, "runs": rows})
+                                 "base_eval": str(args.base_eval), "draws": args.draws, "scales": args.scales, "runs": rows})
 
 
 if __name__ == "__main__":

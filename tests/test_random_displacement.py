@@ -1,6 +1,7 @@
 """benchmarks/random_displacement.py: its random moves have the run's displacement norm tensor
-by tensor and depend on the seed only; end to end, a run that did not move measures as the
-base (difference exactly 0) and a moved one reports the size of its move."""
+by tensor and depend on the seed only, its scaled moves go part of the way; end to end, a
+run that did not move measures as the base (difference exactly 0), and so does any move
+scaled by 0, and a moved run reports the size of its move."""
 
 import importlib.util
 import json
@@ -22,6 +23,12 @@ def script():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_a_scaled_move_goes_part_of_the_way(script):
+    base, run = {"w": torch.zeros(3)}, {"w": torch.tensor([2.0, -4.0, 0.0])}
+    assert torch.equal(script.scaled_move(base, run, 0.25)["w"], torch.tensor([0.5, -1.0, 0.0]))
+    assert torch.equal(script.scaled_move(base, run, 1.0)["w"], run["w"])
 
 
 def test_a_random_move_has_the_runs_norm_per_tensor_and_its_seeds_draw(script):
@@ -53,7 +60,7 @@ def test_end_to_end_an_unmoved_run_measures_as_the_base(script, smoke_model, tmp
     save_file(script.random_move(base, norms, seed=11), str(moved / "model.safetensors"), metadata={"format": "pt"})
     out = tmp_path / "rd.json"
     script.main(["--config", str(SMOKE), "--horizon", "2", "--base", str(smoke_model), "--base-eval", str(evaluation),
-                 "--run", f"{smoke_model}={evaluation}", "--run", f"{moved}={evaluation}", "--draws", "1",
+                 "--run", f"{smoke_model}={evaluation}", "--run", f"{moved}={evaluation}", "--draws", "1", "--scales", "0",
                  "--threads", "1", "--out", str(out)])
     unmoved, run = json.loads(out.read_text())["runs"]
     assert unmoved["rms_displacement"] == 0.0
@@ -61,3 +68,4 @@ def test_end_to_end_an_unmoved_run_measures_as_the_base(script, smoke_model, tmp
     assert unmoved["random"][0]["difference_points"] == 0.0  # a move of size 0 is the base, same episodes
     assert run["rms_displacement"] == pytest.approx(0.05, rel=1e-4)
     assert [r["seed"] for r in run["random"]] == [1000] and run["random"][0]["episodes"] == 16
+    assert [s["scale"] for s in run["scaled"]] == [0.0] and run["scaled"][0]["difference_points"] == 0.0  # x 0: the base
