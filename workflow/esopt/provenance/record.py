@@ -112,11 +112,19 @@ class Provenance:
     # The code as the command started: a commit made while a long job runs is not the code it ran.
     git: dict[str, Any] = field(default_factory=lambda: git_state(Path(__file__).parent))
 
+    def __post_init__(self) -> None:
+        # The config file as the command read it (at the start, as `config`): an edit while a
+        # long job runs is not what it ran, and hashed at the end it would contradict `config`.
+        read = self.config_path is not None and Path(self.config_path).is_file()
+        self._config_file = hash_inputs([self.config_path]) if read else {}
+
     def record(self, outputs: list[str | os.PathLike] = (), extra: dict[str, Any] | None = None) -> dict[str, Any]:
         import torch
 
         end = time.time()
         peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+        inputs = hash_inputs(self.inputs)
+        inputs.update((k, v) for k, v in self._config_file.items() if k in inputs)  # as it was read
         rec = {
             "record_version": RECORD_VERSION,
             "command": self.command,
@@ -127,7 +135,7 @@ class Provenance:
             "config_path": self.config_path,
             "config": self.config,
             "config_sha256": config_sha256(self.config),
-            "inputs": hash_inputs(self.inputs),
+            "inputs": inputs,
             "outputs": hash_inputs([o for o in outputs if Path(o).exists()]),
             "seeds": self.seeds,
             "packages": package_versions(),
