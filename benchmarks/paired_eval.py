@@ -41,6 +41,12 @@ def paired(base: Path, run: Path) -> dict[str, float | int]:
             "difference_points": 100 * mean, "ci95_points": [100 * (mean - half), 100 * (mean + half)]}
 
 
+def shown(p: dict) -> str:
+    """A paired difference as printed: "+1.2 [-0.4, +2.8] points"."""
+    lo, hi = p["ci95_points"]
+    return f"{p['difference_points']:+.1f} [{lo:+.1f}, {hi:+.1f}] points"
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("base", type=Path, help="the base model's trajectories.jsonl")
@@ -48,9 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     for run in args.runs:
         p = paired(args.base, run)
-        lo, hi = p["ci95_points"]
-        print(f"{run}: {p['episodes']} episodes, base {p['base']:.3f}, run {p['run']:.3f}, "
-              f"difference {p['difference_points']:+.1f} [{lo:+.1f}, {hi:+.1f}] points")
+        print(f"{run}: {p['episodes']} episodes, base {p['base']:.3f}, run {p['run']:.3f}, difference {shown(p)}")
 
 
 if __name__ == "__main__":

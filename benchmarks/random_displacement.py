@@ -37,7 +37,7 @@ from safetensors.torch import load_file, save_file
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from paired_eval import paired  # noqa: E402
+from paired_eval import paired, shown  # noqa: E402
 
 from esopt.io import write_json_atomic  # noqa: E402
 
@@ -110,9 +110,6 @@ def main(argv: list[str] | None = None) -> None:
                     shutil.copy2(f, d / f.name)
             save_file(weights, str(d / WEIGHTS), metadata={"format": "pt"})
             return paired(base_traj, evaluate(args.config, d, args.horizon, d / f"h{args.horizon}.json", args.threads))
-
-        def shown(p: dict) -> str:
-            return f"{p['difference_points']:+.1f} [{p['ci95_points'][0]:+.1f}, {p['ci95_points'][1]:+.1f}] points"
 
         for r, spec in enumerate(args.run):
             model, _, summary = spec.partition("=")
