@@ -1,6 +1,8 @@
 """The population engine (esopt.agent.population): its forward is the model's, and a
 member's replies do not depend on which other members share the call (bit for bit)."""
 
+import json
+
 import pytest
 import torch
 from transformers import TopKLogitsWarper, TopPLogitsWarper
@@ -191,7 +193,9 @@ def test_es_generations_are_the_same_batched_and_member_by_member(smoke_model, d
 
     together, alone = run(batched=True), run(batched=False)
     assert together == alone
-    assert any(len(set(r)) > 1 for r, _ in together[0])  # the members did differ
+    # not vacuous: the members did differ, in what they played (their rewards can tie: the smoke
+    # model a CPU builds is that CPU's, and on an Intel Xeon its greedy members tie at H* 2)
+    assert any(len({json.dumps(i["actions"]) for i in info}) > 1 for _, info in together[0])
 
 
 # ---- the low-rank variant (EGGROLL): esopt.es.lowrank and the engine's factored forward

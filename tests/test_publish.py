@@ -104,7 +104,7 @@ def sitting(tmp_path_factory) -> Path:
         esopt(wd, "evaluate", *cfg, "--model", f"{RUN}/model", "--benchmark", "sudoku", "--horizon", h,
               "--out", out, "--meta", json.dumps(meta), "--rule", "evaluate_es")
     res = esopt(wd, "publish", *cfg)
-    assert "published 11 file(s) to" in res.stdout, res.stdout
+    assert "published 18 file(s) to" in res.stdout and "model 7" in res.stdout, res.stdout
     return wd
 
 
@@ -120,13 +120,16 @@ def test_publish_copies_the_compact_outputs_with_a_manifest(sitting):
     pub = sitting / "published" / "smoke"
     files = sorted(p.relative_to(pub).as_posix() for p in pub.rglob("*") if p.is_file())
     run = RUN.removeprefix("results/")
-    # 3 evaluations + their records, the ES run's history, metrics, budget and record, the base's record
+    # 3 evaluations + their records, the ES run's history, metrics, budget and record, the base's
+    # build: its record and every file it made (a tiny model, under published.model_mib)
+    base = sorted(p.relative_to(sitting / "results").as_posix() for p in (sitting / BASE).iterdir())
+    assert len(base) == 8 and f"models/{MODEL}/model.safetensors" in base
     assert files == sorted([MANIFEST, *(e.removeprefix("results/") for e in EVALS),
                             *(e.removeprefix("results/").replace(".json", ".provenance.json") for e in EVALS),
                             f"{run}/history.json", f"{run}/metrics.jsonl", f"{run}/budget.json",
-                            f"{run}/provenance.json", f"models/{MODEL}/provenance.json"])
-    # never weights, checkpoints or trajectories
-    assert not any("model/" in f or "trajectories" in f or f.endswith(".safetensors") for f in files)
+                            f"{run}/provenance.json", *base])
+    # never trained weights, checkpoints or trajectories
+    assert not any("/model/" in f or "trajectories" in f or f.endswith(".pt") for f in files)
     manifest = json.loads((pub / MANIFEST).read_text())
     rec = json.loads((sitting / RUN / "provenance.json").read_text())
     entry = manifest["files"][f"{run}/history.json"]
@@ -143,7 +146,7 @@ def test_publishing_again_changes_nothing(sitting):
     manifest = sitting / "published" / "smoke" / MANIFEST
     before = (manifest.read_bytes(), manifest.stat().st_mtime_ns)
     res = esopt(sitting, "publish", "--config", "config/smoke.yaml")
-    assert "published 0 file(s)" in res.stdout and "11 already there, unchanged" in res.stdout
+    assert "published 0 file(s)" in res.stdout and "18 already there, unchanged" in res.stdout
     assert (manifest.read_bytes(), manifest.stat().st_mtime_ns) == before
 
 
@@ -211,14 +214,15 @@ def test_an_edited_published_file_is_not_used_and_fails_the_audit(fresh, capsys,
     rc = audit_cli.main(["published/smoke", "-q"])
     out = capsys.readouterr().out
     assert rc == 1
-    assert "manifest      published/smoke: 1 of 11 listed file(s) differ from MANIFEST.json" in out
+    assert "manifest      published/smoke: 1 of 18 listed file(s) differ from MANIFEST.json" in out
     assert f"✗ output        {EVALS[0]}: sha256 recorded" in out
 
 
 def test_audit_of_the_published_tree(sitting, fresh, capsys, monkeypatch):
     from esopt.cli import audit as audit_cli
 
-    # a fresh checkout: no base model, so no replay, said so; RL-free, so every weight note is ES's
+    # a fresh checkout: the base model is published with the tree, so the history replays onto it
+    # bit for bit; RL-free, so every weight note is ES's
     monkeypatch.chdir(fresh)
     rc = audit_cli.main(["published/smoke", "--json", "audit.json"])
     out = capsys.readouterr().out
@@ -227,8 +231,8 @@ def test_audit_of_the_published_tree(sitting, fresh, capsys, monkeypatch):
     by = lambda name: [c for c in checks if c["name"] == name]
     assert [c["status"] for c in by("manifest")] == ["ok"] and [c["status"] for c in by("commit")] == ["ok"]
     assert {c["status"] for c in by("config-file")} <= {"ok", "note"}
-    replay = by("replay")
-    assert len(replay) == 1 and replay[0]["status"] == "skip" and "base model not present" in replay[0]["detail"]
+    assert [c["status"] for c in by("replay")] == ["ok"], by("replay")
+    assert {c["status"] for c in by("model-weights") + by("base-weights")} == {"ok"}
     saved = by("saved-weights")
     assert len(saved) == 1 and saved[0]["status"] == "note" and "not published" in saved[0]["detail"]
     assert {c["status"] for c in by("history") + by("updates") + by("metrics") + by("budget")} == {"ok"}
@@ -240,6 +244,42 @@ def test_audit_of_the_published_tree(sitting, fresh, capsys, monkeypatch):
     replay = [c for c in json.loads((sitting / "audit.json").read_text())["checks"] if c["name"] == "replay"]
     assert [c["status"] for c in replay] == ["ok"], replay
     (sitting / "audit.json").unlink()
+
+
+def test_a_fresh_checkout_restores_the_published_base(sitting, fresh):
+    """build-model on a fresh clone (another sitting, maybe another CPU type, whose warm start
+    would make another base) restores the published build byte for byte, its record with it."""
+    res = esopt(fresh, "build-model", "--config", "config/smoke.yaml", "--name", MODEL, "--out", BASE,
+                "--rule", "build_model")
+    assert "from its published build" in res.stderr, res.stderr[-2000:]
+    built = sorted(p.name for p in (sitting / BASE).iterdir())
+    assert sorted(p.name for p in (fresh / BASE).iterdir()) == built
+    for name in built:
+        assert (fresh / BASE / name).read_bytes() == (sitting / BASE / name).read_bytes(), name
+    # nothing of it is published again; a stale build (another setting) is built, not restored
+    assert "published 0 file(s)" in esopt(fresh, "publish", "--config", "config/smoke.yaml").stdout
+    cfg = yaml.safe_load((fresh / "config/smoke.yaml").read_text())
+    cfg["model"]["warmstart"]["steps"] += 1
+    (fresh / "config/changed.yaml").write_text(yaml.safe_dump(cfg))
+    from esopt.provenance.published import restore_model
+    assert restore_model(load_config(fresh / "config/changed.yaml"), BASE, fresh) is None
+
+
+def test_a_model_build_over_the_size_limit_publishes_its_record_only(sitting, tmp_path, capsys, monkeypatch):
+    from esopt.cli import audit as audit_cli
+
+    wd = copy_workflow(tmp_path / "repo")
+    shutil.copytree(sitting / "results", wd / "results")
+    cfg = yaml.safe_load((wd / "config/smoke.yaml").read_text())
+    cfg["published"] = {"model_mib": 0}  # not a setting of any job: the records stay fresh
+    (wd / "config/smoke.yaml").write_text(yaml.safe_dump(cfg))
+    res = esopt(wd, "publish", "--config", "config/smoke.yaml")
+    assert "published 11 file(s)" in res.stdout and "the record only of 1 model build(s)" in res.stdout, res.stdout
+    shutil.rmtree(wd / "results")  # a fresh checkout: no base to replay onto, said so
+    monkeypatch.chdir(wd)
+    assert audit_cli.main(["published/smoke", "--json", "audit.json"]) == 0, capsys.readouterr().out
+    replay = [c for c in json.loads((wd / "audit.json").read_text())["checks"] if c["name"] == "replay"]
+    assert len(replay) == 1 and replay[0]["status"] == "skip" and "base model not present" in replay[0]["detail"]
 
 
 def test_an_unfinished_es_run_is_continued_in_the_next_sitting(sitting, tmp_path):

@@ -23,15 +23,20 @@ WORKER = Path(__file__).with_name("rl_sharded_worker.py")
 # (PPO's first-step surrogate is −mean of whitened advantages: 0 up to rounding, hence the abs.)
 # AdamW's first step moves a weight by lr·g/(|g| + eps): where a gradient entry is within
 # rounding of 0 that ratio is not stable, so the weights agree to 1e-6 on all but 0.1% of
-# the entries of each tensor, and to 1% of lr everywhere.
+# the model's entries, and to 1% of lr everywhere. (Counted over the model, not per tensor:
+# the smoke model's 512-entry tensors cannot hold 0.1% of stray entries, and which tensor
+# gets the one near-zero gradient depends on the CPU: one k_proj entry at 1.4e-6 on an
+# Intel Xeon, none on AMD EPYC.)
 LOSS_RTOL, LOSS_ATOL, WEIGHT_ATOL, STRAY_FRACTION, STRAY_ATOL = 1e-5, 1e-6, 1e-6, 1e-3, 1e-2
 
 
 def assert_same_weights(got, want, lr):
+    stray, total = {}, 0
     for k, w in want.items():
         diff = (got[k] - w).abs()
-        assert float((diff > WEIGHT_ATOL).float().mean()) <= STRAY_FRACTION, (k, float(diff.max()))
         assert float(diff.max()) <= STRAY_ATOL * lr, (k, float(diff.max()))
+        stray[k], total = int((diff > WEIGHT_ATOL).sum()), total + diff.numel()
+    assert sum(stray.values()) <= STRAY_FRACTION * total, {k: n for k, n in stray.items() if n}
 
 CASES = {
     # GRPO as the authors ran it (clip 0.2, KL 1e-3 to a sharded frozen reference), two

@@ -4,6 +4,7 @@ co-evolution that uses exactly the ES rollouts and resumes exactly after a kill.
 
 import hashlib
 import json
+import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -181,3 +182,17 @@ def test_audit_checks_tool_results_against_the_sections_they_depend_on(setup, tm
         assert "tool_agents settings on the benchmark, the episode settings, the engine when vLLM; for method esopt, benchmark math" in capsys.readouterr().out
     finally:
         cfg_path.write_text(saved)
+
+
+def test_a_grpo_checkpoint_made_under_another_token_cap_is_not_resumed(setup, tmp_path, capsys):
+    # The cap decides which episodes score 0, so a run continued under another one would mix two runs.
+    assert train(setup, "grpo", tmp_path / "first") == 0
+    ckpt = next((tmp_path / "first").rglob("checkpoint.pt"))
+    cfg = yaml.safe_load(Path(setup["config"]).read_text())
+    cfg["rl"]["max_total_tokens"] *= 2
+    other = dict(setup, config=str(tmp_path / "cap.yaml"))
+    Path(other["config"]).write_text(yaml.safe_dump(cfg))
+    (tmp_path / "second" / ".resume").mkdir(parents=True)  # as if a run under the doubled cap was killed
+    shutil.copy(ckpt, tmp_path / "second" / ".resume" / "checkpoint.pt")
+    assert train(other, "grpo", tmp_path / "second") != 0
+    assert "belongs to a different run (differs in ['max_total_tokens'])" in capsys.readouterr().err

@@ -12,7 +12,9 @@
   ahd    ahd.model: tiny, the heuristic writer warm-started on random expression-mode
          demonstrations of every task and operator (esopt.ahd.writer); hub staged.
 Every model directory gets provenance.json beside the weights, and weights.sha256.json
-(all but the probe). Without a tools, web or ahd block the rules use the base model.
+(all but the probe). A build published with the config's results (`esopt publish`, files up
+to published.model_mib) is restored instead, record and all: a warm start is
+bit-reproducible on one CPU type only, and a grid run in pieces needs one base. Without a tools, web or ahd block the rules use the base model.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 import torch
 
 from esopt.cli.common import add_provenance_args, add_threads_arg, parse_wildcards, run_main, setup
+from esopt.provenance.published import restore_model
 from esopt.provenance.record import Provenance
 
 log = logging.getLogger("esopt.build_model")
@@ -228,7 +231,13 @@ def main_fn(args: argparse.Namespace) -> int:
     if args.data and args.target not in ("tools", "web"):
         raise ValueError(f"--data is for --for tools or web, not --for {args.target}")
     out = Path(args.out)
-    BUILDERS[args.target](args, cfg, out)
+    restored = None if args.probe else restore_model(cfg, out)
+    if restored is not None:  # the grid's own base, whatever CPU this sitting runs on
+        git, device = restored.get("git") or {}, restored.get("device") or {}
+        log.info("restored %s from its published build (commit %s, %s, %s): not built again", out,
+                 str(git.get("commit"))[:10], device.get("cpu_model") or device.get("cpu"), restored.get("end"))
+    else:
+        BUILDERS[args.target](args, cfg, out)
     log.info("model ready at %s", out)
     return 0
 

@@ -211,12 +211,16 @@ class PublishedTree:
             return None
 
     def local(self, recorded: str | os.PathLike) -> Path:
-        """Where a recorded path is read: its published copy, else under the working directory."""
+        """Where a recorded path is read: its published copy (a file, or a model build's
+        directory whose files are published), else under the working directory."""
         p = Path(recorded)
         if p.is_absolute():
             return _abs(p)
         rel = self.rel(p)
-        return self.dir / rel if rel in self.files else _abs(self.root / p)
+        if rel in self.files or (rel is not None and any(
+                f.startswith(rel.rstrip("/") + "/") and e.get("kind") == "model" for f, e in self.files.items())):
+            return self.dir / rel  # a published file, or a model build's directory whose files are published
+        return _abs(self.root / p)
 
 
 def resolver(prov: Path, rec: dict[str, Any], root: Path | None = None) -> Callable[[str], Path]:

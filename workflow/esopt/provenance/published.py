@@ -8,9 +8,11 @@ copy instead of running it, while the job's settings are what the config asks fo
 `esopt audit` checks published trees.
 
 Compact: provenance records, evaluations, ES histories, metrics, budgets, check and
-memory results, report tables. Never model weights (an ES run's are replayed from its
-base model and history.json; an RL run's cannot be), optimizer checkpoints, trajectories,
-figures or notebooks. An ES run a sitting stopped before its end is published as a partial
+memory results, report tables, and a model build's files up to `published.model_mib` (the
+tiny bases: a warm start is not bit-reproducible across CPU types, so a fresh clone on
+another machine restores the grid's base, `restore_model`, instead of building another).
+Never trained weights (an ES run's are replayed from its base model and history.json; an
+RL run's cannot be), optimizer checkpoints, trajectories, figures or notebooks. An ES run a sitting stopped before its end is published as a partial
 run (its resume history, partial/RUN/history.json): train-es on a fresh clone continues it
 (`partial_history`), and publishing the finished run removes it. Staleness follows the
 rerun map (esopt.provenance.jobs.settings, what the rules pass as params): a published
@@ -66,10 +68,10 @@ def published_dir(config: dict[str, Any], workdir: str | os.PathLike = ".") -> P
 def not_published(path: str | os.PathLike) -> str:
     """Why an output a record lists is left out of a published tree."""
     p = Path(path)
+    if "models" in p.parts[:-1]:
+        return "a model build's files over published.model_mib (build_model makes them again)"
     if "model" in p.parts[:-1] or p.suffix in (".safetensors", ".bin"):
         return "model weights"
-    if "models" in p.parts[:-1]:
-        return "a model build's files (build_model makes them again)"
     if "trajectories" in p.parts[:-1] or p.name.endswith(".trajectories.jsonl"):
         return "trajectories"
     if p.name == "checkpoint.pt":
@@ -86,6 +88,8 @@ def compact_kind(rec: dict[str, Any], output: str | os.PathLike) -> str | None:
     p, cmd = Path(output), str(rec.get("command") or "")
     if is_provenance_file(p):
         return "record"
+    if cmd == "build-model" and isinstance(rec.get("weights_sha256"), dict):
+        return "model"  # a model build's files (published up to published.model_mib)
     if "model" in p.parts[:-1] or "trajectories" in p.parts[:-1]:
         return None
     if cmd in RESULT_KINDS and p.suffix == ".json" and not p.name.endswith(".trajectories.jsonl"):
@@ -201,6 +205,43 @@ def partial_history(config: dict[str, Any], out: str | os.PathLike, workdir: str
     return Path(os.path.relpath(f, _abs(workdir))) if f.is_file() and sha256_file(f) == entry["sha256"] else None
 
 
+def restore_model(config: dict[str, Any], out: str | os.PathLike, workdir: str | os.PathLike = ".") -> dict[str, Any] | None:
+    """Restore the published build of the model directory `out` (a results/ path) when the
+    config reads published results, the build is fresh for it (its settings) and every file
+    it made is published intact: the files are copied to `out`, each atomically, its record
+    last (a record marks a finished job). Returns that record, or None (build as usual).
+    Why: a warm start is bit-reproducible on one CPU type only, and a grid run in pieces
+    needs one base in every sitting, whatever machine a sitting gets."""
+    if not config["published"]["use"]:
+        return None
+    tree = PublishedTree.open(published_dir(config, workdir))
+    o = Path(out)
+    if o.is_absolute():
+        try:
+            o = o.relative_to(_abs(workdir))
+        except ValueError:
+            return None
+    rel = tree.rel(o / "provenance.json") if tree is not None else None
+    if rel is None or rel not in tree.files or stale(tree, rel, config) is not None:
+        return None
+    rec = _read_record(tree.dir / rel) or {}
+    made = {k: v for k, v in (rec.get("outputs") or {}).items() if compact_kind(rec, k) == "model"}
+    if not made or sha256_file(tree.dir / rel) != tree.files[rel]["sha256"]:
+        return None
+    copies = []
+    for key, sha in made.items():
+        src_rel = tree.rel(key)
+        entry = tree.files.get(src_rel) if src_rel is not None else None
+        src = tree.dir / src_rel if src_rel is not None else None
+        if entry is None or entry["sha256"] != sha or not src.is_file() or sha256_file(src) != sha:
+            return None  # a build published without its files, or one of them changed
+        copies.append((src, Path(workdir) / o / Path(src_rel).relative_to(Path(rel).parent)))
+    for src, dst in [*copies, (tree.dir / rel, Path(workdir) / o / "provenance.json")]:
+        with atomic_path(dst) as tmp:
+            shutil.copyfile(src, tmp)
+    return rec
+
+
 class PipelineInputs:
     """What the report rules read (workflow/rules/common.smk: `result(path)`): a results/
     path, or its published copy when that is fresh for the config (config `published`)."""
@@ -234,6 +275,7 @@ class PublishReport:
     skipped: dict[str, list[str]] = field(default_factory=dict)  # reason -> records
     partial: dict[str, int] = field(default_factory=dict)  # unfinished ES runs published now -> generations
     finished: list[str] = field(default_factory=list)  # partial runs removed: their finished run is published
+    models_left_out: list[str] = field(default_factory=list)  # model builds over published.model_mib
 
     def skip(self, why: str, rec: str) -> None:
         self.skipped.setdefault(why, []).append(rec)
@@ -259,6 +301,10 @@ class PublishReport:
         if self.finished:
             out.append(f"removed {len(self.finished)} partial run(s) whose finished run is published: "
                        f"{', '.join(self.finished[:3])}" + (" ..." if len(self.finished) > 3 else ""))
+        if self.models_left_out:
+            out.append(f"published the record only of {len(self.models_left_out)} model build(s) over "
+                       f"published.model_mib (a fresh clone builds them again): {', '.join(self.models_left_out[:3])}"
+                       + (" ..." if len(self.models_left_out) > 3 else ""))
         for why, recs in sorted(self.skipped.items()):
             out.append(f"not published, {why}: {len(recs)} record(s): {', '.join(recs[:3])}"
                        + (" ..." if len(recs) > 3 else ""))
@@ -307,6 +353,12 @@ def _candidate(prov: Path, results: Path, config: dict[str, Any], report: Publis
             report.skip("an output differs from its record", shown)
             return None
         files[rel] = (src, want, kind)
+    model = [rel for rel, (_, _, kind) in files.items() if kind == "model"]
+    mib = sum(files[rel][0].stat().st_size for rel in model) / 2**20
+    if mib > config["published"]["model_mib"]:  # its record is published, its files are not
+        report.models_left_out.append(f"{shown} ({mib:.0f} MiB)")
+        for rel in model:
+            del files[rel]
     files[shown] = (prov, sha256_file(prov), "record")
     upstream = []
     for p in rec["inputs"]:
@@ -379,13 +431,17 @@ def publish(config: dict[str, Any], config_path: str | os.PathLike, results: str
         report_job = str(job.rec["command"]).startswith("notebook:")
         intact = all((tree.dir / r).is_file() and sha256_file(tree.dir / r) == e["sha256"]
                      for r, e in tree.files.items() if e.get("record") == job.rel)
+        same_run = existing is not None and existing["sha256"] == job.files[job.rel][1]
         if existing is not None and not report_job and intact and stale(tree, job.rel, config, known) is None:
             if all(tree.files.get(r, {}).get("sha256") == sha for r, (_, sha, _) in job.files.items()):
                 report.unchanged += len(job.files)
-            else:
+                done.add(job.rel)
+                return True
+            if not same_run:  # another run of the job: the published one stays
                 report.kept.append(job.rel)
-            done.add(job.rel)
-            return True
+                done.add(job.rel)
+                return True
+            # the published record's own run, with files it did not publish then (a model build's)
         git = job.rec.get("git") or {}
         for rel, (src, sha, kind) in job.files.items():
             if intact and tree.files.get(rel, {}).get("sha256") == sha:

@@ -72,11 +72,24 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name (/proc/cpuinfo on Linux, else the platform's), or None."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def device_info() -> dict[str, Any]:
     import torch
 
     info: dict[str, Any] = {
         "host": platform.node(), "platform": platform.platform(), "cpu": platform.processor() or platform.machine(),
+        "cpu_model": cpu_model(),  # floating-point results (a warm start, an ES run) can differ across CPU types
         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
     }

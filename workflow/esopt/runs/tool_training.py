@@ -256,7 +256,10 @@ def run_grpo(job: AgentTraining, seed: int, tok, model_dir, tools, train, resume
         log.info("step %d: R %.3f success %.3f (%.1fs)", rec["step"], rec["mean_reward"], rec["success_rate"], rec["wall_s"])
 
     trainer = RLTrainer(policy, rcfg, rollout_fn, pad_id=tok.pad_token_id, checkpoint_path=resume_dir / "checkpoint.pt",
-                        run_info={"benchmark": benchmark, "method": "grpo"}, on_step=on_step)
+                        # the episodes' limits too: a checkpoint made under another token cap is another run
+                        run_info={"benchmark": benchmark, "method": "grpo", "max_turns": episodes.max_turns,
+                                  "max_tool_calls": episodes.max_tool_calls, "history_turns": episodes.history_turns,
+                                  "max_total_tokens": rl["max_total_tokens"]}, on_step=on_step)
     step_of["t"] = trainer.resume()
     return policy, trainer.run()
 
