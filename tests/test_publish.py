@@ -355,7 +355,7 @@ def test_a_grid_run_in_pieces_ends_complete(tmp_path):
     one = copy_workflow(tmp_path / "one")
     (one / config).write_text(yaml.safe_dump(cfg))
     smk(one, config, f"results/eval/{MODEL}/base/h2.json", f"results/eval/{MODEL}/es/h2_g4_s0/h2.json")
-    assert "published 9 file(s)" in esopt(one, "publish", "--config", config).stdout
+    assert "published 16 file(s)" in esopt(one, "publish", "--config", config).stdout  # 7 of them the base's
 
     two = copy_workflow(tmp_path / "two")
     (two / config).write_text(yaml.safe_dump(cfg))
@@ -363,6 +363,9 @@ def test_a_grid_run_in_pieces_ends_complete(tmp_path):
     jobs = planned(smk(two, config, "-n"))
     assert "evaluate_base" not in jobs and jobs["train_es"] == 1 and jobs["evaluate_es"] == 1  # vanilla's only
     smk(two, config)
+    # the base was restored, not built again: the same bytes whatever CPU sitting two runs on
+    assert "from its published build" in (two / f"results/logs/build_model/{MODEL}.log").read_text()
+    assert (two / BASE / "model.safetensors").read_bytes() == (one / BASE / "model.safetensors").read_bytes()
     tables = json.loads((two / "results/tables/sudoku_es.provenance.json").read_text())["inputs"]
     assert f"published/smoke/eval/{MODEL}/es/h2_g4_s0/h2.json" in tables  # the notebook read the published copy
     esopt(two, "publish", "--config", config)
