@@ -339,7 +339,7 @@ def _candidate(prov: Path, results: Path, config: dict[str, Any], report: Publis
         report.skip("stale (the config asks for other settings)", shown)
         return None
     root = infer_root(prov, rec) or Path.cwd()
-    files: dict[str, tuple[Path, str, str]] = {}
+    outputs: dict[str, tuple[Path, str, str]] = {}  # rel -> (source, recorded sha256, kind)
     for key, want in rec["outputs"].items():
         src = _abs(key if Path(key).is_absolute() else root / key)
         try:
@@ -347,18 +347,20 @@ def _candidate(prov: Path, results: Path, config: dict[str, Any], report: Publis
         except ValueError:
             continue
         kind = compact_kind(rec, key)
-        if kind is None:
-            continue
+        if kind is not None:
+            outputs[rel] = (src, want, kind)
+    model = [rel for rel, (src, _, kind) in outputs.items() if kind == "model"]
+    mib = sum(outputs[rel][0].stat().st_size for rel in model if outputs[rel][0].is_file()) / 2**20
+    if mib > config["published"]["model_mib"]:  # its record is published, its files are not (nor hashed)
+        report.models_left_out.append(f"{shown} ({mib:.0f} MiB)")
+        for rel in model:
+            del outputs[rel]
+    files: dict[str, tuple[Path, str, str]] = {}
+    for rel, (src, want, kind) in outputs.items():
         if not src.is_file() or sha256_file(src) != want:
             report.skip("an output differs from its record", shown)
             return None
         files[rel] = (src, want, kind)
-    model = [rel for rel, (_, _, kind) in files.items() if kind == "model"]
-    mib = sum(files[rel][0].stat().st_size for rel in model) / 2**20
-    if mib > config["published"]["model_mib"]:  # its record is published, its files are not
-        report.models_left_out.append(f"{shown} ({mib:.0f} MiB)")
-        for rel in model:
-            del files[rel]
     files[shown] = (prov, sha256_file(prov), "record")
     upstream = []
     for p in rec["inputs"]:
