@@ -183,21 +183,29 @@ def fresh_copy(tree: PublishedTree, results_path: str, config: dict[str, Any],
     return f
 
 
-def partial_history(config: dict[str, Any], out: str | os.PathLike, workdir: str | os.PathLike = ".") -> Path | None:
-    """The published history of the unfinished ES run whose output directory is `out` (a
-    results/ path), when the config reads published results and the copy hashes as its
-    manifest lists; else None. Whether it is this run's (settings, base weights, episodes)
-    is the trainer's check when it continues it (esopt.es.trainer.ESTrainer.resume)."""
-    if not config["published"]["use"]:
-        return None
-    tree = PublishedTree.open(published_dir(config, workdir))
+def _published_tree_for(config: dict[str, Any], out: str | os.PathLike,
+                        workdir: str | os.PathLike) -> tuple[PublishedTree, Path] | None:
+    """The config's published tree and `out` relative to the working directory, when the
+    config reads published results, the tree exists and `out` lies under workdir."""
+    tree = PublishedTree.open(published_dir(config, workdir)) if config["published"]["use"] else None
     o = Path(out)
     if o.is_absolute():
         try:
             o = o.relative_to(_abs(workdir))
         except ValueError:
             return None
-    run = tree.rel(o) if tree is not None else None
+    return (tree, o) if tree is not None else None
+
+
+def partial_history(config: dict[str, Any], out: str | os.PathLike, workdir: str | os.PathLike = ".") -> Path | None:
+    """The published history of the unfinished ES run whose output directory is `out` (a
+    results/ path), when the config reads published results and the copy hashes as its
+    manifest lists; else None. Whether it is this run's (settings, base weights, episodes)
+    is the trainer's check when it continues it (esopt.es.trainer.ESTrainer.resume)."""
+    if (found := _published_tree_for(config, out, workdir)) is None:
+        return None
+    tree, o = found
+    run = tree.rel(o)
     entry = tree.partials.get(run) if run is not None else None
     if entry is None:
         return None
@@ -212,16 +220,10 @@ def restore_model(config: dict[str, Any], out: str | os.PathLike, workdir: str |
     last (a record marks a finished job). Returns that record, or None (build as usual).
     Why: a warm start is bit-reproducible on one CPU type only, and a grid run in pieces
     needs one base in every sitting, whatever machine a sitting gets."""
-    if not config["published"]["use"]:
+    if (found := _published_tree_for(config, out, workdir)) is None:
         return None
-    tree = PublishedTree.open(published_dir(config, workdir))
-    o = Path(out)
-    if o.is_absolute():
-        try:
-            o = o.relative_to(_abs(workdir))
-        except ValueError:
-            return None
-    rel = tree.rel(o / "provenance.json") if tree is not None else None
+    tree, o = found
+    rel = tree.rel(o / "provenance.json")
     if rel is None or rel not in tree.files or stale(tree, rel, config) is not None:
         return None
     rec = _read_record(tree.dir / rel) or {}
