@@ -167,6 +167,18 @@ def test_horizons_config_plans_the_papers_sudoku_grid_at_tiny_scale(workdir):
                                  "train_rl": 27, "evaluate_rl": 27, "check_models": 1, **sudoku_reports, "total": 139}
 
 
+def test_ladder_config_plans_three_widths_at_one_horizon(workdir):
+    res = subprocess.run([*SNAKEMAKE, "-n", "--configfile", "config/ladder.yaml", "--cores", "1"],
+                         cwd=workdir, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    # 6x6 at H* 5, G 16, 3 seeds on 3 widths: 9 ES runs, each evaluated at H* 5; 3 bases,
+    # each built, evaluated and checked against model.expect; no RL, no ablation
+    reports = {k: 1 for k in ("report_sudoku", "report_methods", "report_verdicts", "report_training_curves",
+                              "report_wall_clock", "report_population")}
+    assert planned_jobs(res) == {"all": 1, "build_model": 3, "evaluate_base": 3, "train_es": 9, "evaluate_es": 9,
+                                 "check_models": 3, **reports, "total": 34}
+
+
 @pytest.mark.pipeline
 def test_pipeline_runs_then_has_nothing_to_do(workdir):
     smk(workdir)

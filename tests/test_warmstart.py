@@ -44,6 +44,47 @@ def test_selection_leaves_the_model_at_the_best_scored_checkpoint():
     assert any(not torch.equal(now[k], last[k]) for k in last)
 
 
+def test_a_target_stops_the_warm_start_at_the_first_checkpoint_that_reaches_it():
+    cfg = load_config(SMOKE)
+    model, tok, transcripts = _tiny(cfg)
+    snapshots: list[dict[str, torch.Tensor]] = []
+    scores = iter([0.2, 0.5, 0.6, 0.9])  # step 10 reaches 0.5: steps 11-20 never run
+
+    def scorer(m):
+        snapshots.append({k: v.clone() for k, v in m.state_dict().items()})
+        return next(scores)
+
+    stats = supervised_fine_tune(model, tok, transcripts, SFTSettings(20, 8, 3e-3, 0, select_every=5, select_target=0.5),
+                                 progress=False, scorer=scorer)
+    sel = stats["selection"]
+    assert [c["step"] for c in sel["curve"]] == [5, 10]
+    assert (sel["best_step"], sel["target"], sel["target_reached"]) == (10, 0.5, True)
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in snapshots[1].items())
+
+    # the same run with its steps up to 10 unchanged (the schedule is the 20 steps'), so the
+    # stop leaves the model where a full run was at step 10
+    full, _, _ = _tiny(cfg)
+    full_run: list[dict[str, torch.Tensor]] = []
+
+    def keep(m):
+        full_run.append({k: v.clone() for k, v in m.state_dict().items()})
+        return 0.0
+
+    supervised_fine_tune(full, tok, transcripts, SFTSettings(20, 8, 3e-3, 0, select_every=10), progress=False, scorer=keep)
+    assert all(torch.equal(full_run[0][k], v) for k, v in snapshots[1].items())
+
+
+def test_an_unreached_target_runs_every_step_and_keeps_the_best():
+    cfg = load_config(SMOKE)
+    model, tok, transcripts = _tiny(cfg)
+    scores = iter([0.2, 0.4, 0.3, 0.1])
+    stats = supervised_fine_tune(model, tok, transcripts, SFTSettings(20, 8, 3e-3, 0, select_every=5, select_target=0.5),
+                                 progress=False, scorer=lambda m: next(scores))
+    sel = stats["selection"]
+    assert [c["step"] for c in sel["curve"]] == [5, 10, 15, 20]
+    assert (sel["best_step"], sel["target_reached"]) == (10, False)
+
+
 def test_without_a_scorer_the_last_step_is_kept_and_nothing_is_scored():
     cfg = load_config(SMOKE)
     model, tok, transcripts = _tiny(cfg)
@@ -55,6 +96,8 @@ def test_sft_settings_take_select_every_from_the_warmstart_block():
     ws = {"steps": 100, "batch_size": 8, "lr": 1e-3, "seed": 3}
     assert sft_settings(ws).select_every is None
     assert sft_settings(ws | {"select": {"every": 25, "episodes": 8, "horizons": [2]}}).select_every == 25
+    assert sft_settings(ws | {"select": {"every": 25, "episodes": 8, "horizons": [2]}}).select_target is None
+    assert sft_settings(ws | {"select": {"every": 25, "episodes": 8, "horizons": [2], "target": 0.35}}).select_target == 0.35
 
 
 def test_validation_score_plays_valid_puzzles_only(smoke_model):

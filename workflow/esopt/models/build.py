@@ -33,9 +33,11 @@ STAGED_ASIDE = ("provenance.json", "weights.sha256.json")  # a staged directory'
 
 
 def sft_settings(warmstart: dict[str, Any], order_key: str = "sft-order") -> SFTSettings:
-    """A model's warmstart block: steps, batch_size, lr, seed, and select.every if it selects."""
-    every = (warmstart.get("select") or {}).get("every")
-    return SFTSettings(warmstart["steps"], warmstart["batch_size"], warmstart["lr"], warmstart["seed"], order_key, every)
+    """A model's warmstart block: steps, batch_size, lr, seed, and select.every (and its
+    target) if it selects."""
+    select = warmstart.get("select") or {}
+    return SFTSettings(warmstart["steps"], warmstart["batch_size"], warmstart["lr"], warmstart["seed"], order_key,
+                       select.get("every"), select.get("target"))
 
 
 def build_tiny(spec: dict[str, Any], transcripts: Sequence[Transcript], sft: SFTSettings, out: str | Path,

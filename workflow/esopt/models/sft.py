@@ -32,6 +32,7 @@ class SFTSettings:
     seed: int
     order_key: str = "sft-order"  # names the stream that orders the batches (seeded)
     select_every: int | None = None  # score the model every this many steps and keep the best
+    select_target: float | None = None  # with select_every: stop at the first score >= this and keep that checkpoint
 
 
 Scorer = Callable[[torch.nn.Module], float]  # higher is better; must not change the model
@@ -56,7 +57,11 @@ def supervised_fine_tune(model, tokenizer, transcripts: Sequence[Transcript], s:
     With a `scorer` and `s.select_every`, the model is scored every select_every steps
     and at the end, and left at the best-scoring checkpoint (the earliest on ties): a
     tiny warm start can fall into a basin where the model repeats a rejected move, and
-    the loss does not show it (docs/tiny_recipe.md)."""
+    the loss does not show it (docs/tiny_recipe.md). With `s.select_target` as well, it
+    stops at the first checkpoint scoring at least the target and is left there (the best
+    if none does): models of several widths warm-started to a comparable success (the
+    model-size ladder) rather than each to its best. The learning-rate schedule is the
+    one of `s.steps` either way, so the steps before the stop are those of a full run."""
     examples = [encode(tokenizer, t) for t in transcripts]
     if not examples:
         raise ValueError("no demonstrations to fine-tune on")
@@ -86,11 +91,17 @@ def supervised_fine_tune(model, tokenizer, transcripts: Sequence[Transcript], s:
         if step % 20 == 0:
             bar.set_postfix(loss=f"{statistics.fmean(losses[-20:]):.3f}")
         if select is not None and ((step + 1) % s.select_every == 0 or step + 1 == s.steps):
-            select.score(model, step + 1, statistics.fmean(losses[-20:]))
+            value = select.score(model, step + 1, statistics.fmean(losses[-20:]))
+            if s.select_target is not None and value >= s.select_target:
+                log.info("step %d: validation score %.3f reached the target %.3f: warm start stops here",
+                         step + 1, value, s.select_target)
+                break
     model.eval()
     stats = {"examples": len(examples), "final_loss": statistics.fmean(losses[-50:])}
     if select is not None:
         stats["selection"] = select.restore_best(model)
+        if s.select_target is not None:
+            stats["selection"].update(target=s.select_target, target_reached=stats["selection"]["best_score"] >= s.select_target)
     return stats
 
 
@@ -102,7 +113,7 @@ class _Selection:
         self.curve: list[dict[str, float]] = []
         self.best: tuple[float, int, dict[str, torch.Tensor]] | None = None
 
-    def score(self, model, step: int, loss: float) -> None:
+    def score(self, model, step: int, loss: float) -> float:
         model.eval()
         with torch.no_grad():
             value = float(self.scorer(model))
@@ -111,6 +122,7 @@ class _Selection:
         log.info("step %d: validation score %.3f (loss %.3f)", step, value, loss)
         if self.best is None or value > self.best[0]:
             self.best = (value, step, {k: v.detach().clone().cpu() for k, v in model.state_dict().items()})
+        return value
 
     def restore_best(self, model) -> dict[str, Any]:
         value, step, state = self.best
