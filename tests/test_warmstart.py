@@ -1,5 +1,6 @@
 """The tiny warm start's checkpoint selection on the validation split."""
 
+import pytest
 import torch
 
 from esopt.config import load_config
@@ -128,3 +129,84 @@ def test_cell_tokens_make_every_board_cell_one_token():
     assert [cells.decode([i]) for i in cells(row)["input_ids"]] == list(row)
     reply = "r2c3=6"  # replies and feedback still tokenize as before
     assert cells(reply)["input_ids"] and cells.decode(cells(reply)["input_ids"]) == reply
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_a_killed_warm_start_resumes_and_ends_where_an_uninterrupted_one_would(tmp_path):
+    cfg = load_config(SMOKE)
+    s = SFTSettings(20, 8, 3e-3, 0, select_every=5)
+    info = {"tiny": cfg["model"]["tiny"]}
+
+    def score(m):  # deterministic in the weights, so the selection depends on the path taken
+        return float(sum(p.double().sum() for p in m.parameters())) % 1.0
+
+    full, tok, transcripts = _tiny(cfg)
+    want = supervised_fine_tune(full, tok, transcripts, s, progress=False, scorer=score)
+
+    ckpt = tmp_path / ".model.warmstart.pt"
+    calls = []
+
+    def dies_at_step_15(m):
+        calls.append(1)
+        if len(calls) == 3:  # the checkpoint of step 10 is on disk; step 15's never is
+            raise _Killed
+        return score(m)
+
+    model, _, _ = _tiny(cfg)
+    with pytest.raises(_Killed):
+        supervised_fine_tune(model, tok, transcripts, s, progress=False, scorer=dies_at_step_15, checkpoint=ckpt, run_info=info)
+    assert torch.load(ckpt, weights_only=False)["step"] == 10
+
+    model, _, _ = _tiny(cfg)  # a fresh process: new weights, the state comes from the file
+    got = supervised_fine_tune(model, tok, transcripts, s, progress=False, scorer=score, checkpoint=ckpt, run_info=info)
+    assert got == want
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in full.state_dict().items())
+
+    with pytest.raises(ValueError, match="different warm start.*sft"):
+        supervised_fine_tune(model, tok, transcripts, SFTSettings(20, 8, 1e-3, 0, select_every=5), progress=False,
+                             scorer=score, checkpoint=ckpt, run_info=info)
+
+
+def test_a_warm_start_killed_after_reaching_its_target_trains_no_further(tmp_path):
+    cfg = load_config(SMOKE)
+    s = SFTSettings(20, 8, 3e-3, 0, select_every=5, select_target=0.5)
+    ckpt = tmp_path / "w.pt"
+    model, tok, transcripts = _tiny(cfg)
+    scores = iter([0.2, 0.6])  # step 10 reaches the target; the process dies before the model is saved
+    want = supervised_fine_tune(model, tok, transcripts, s, progress=False, scorer=lambda m: next(scores), checkpoint=ckpt)
+    assert torch.load(ckpt, weights_only=False)["step"] == 10
+    again, _, _ = _tiny(cfg)
+    got = supervised_fine_tune(again, tok, transcripts, s, progress=False, scorer=lambda m: 1 / 0, checkpoint=ckpt)
+    assert got == want  # nothing scored, nothing trained: the saved run's outcome
+    assert all(torch.equal(again.state_dict()[k], v) for k, v in model.state_dict().items())
+
+
+def test_build_tiny_resumes_a_killed_warm_start_and_removes_its_checkpoint(tmp_path):
+    from esopt.models.build import build_tiny, warmstart_checkpoint
+    from esopt.models.load import load_model_and_tokenizer
+
+    cfg = load_config(SMOKE)
+    m = cfg["model"]
+    transcripts = list(demonstrations(SudokuDemos.from_config(cfg, m["warmstart"])))
+    s = SFTSettings(12, 8, 3e-3, 0, select_every=4)
+    build_tiny(m, transcripts, s, tmp_path / "whole", score=lambda model, tok: 0.0)
+
+    calls = []
+
+    def dies_at_step_8(model, tok):
+        calls.append(1)
+        if len(calls) == 2:
+            raise _Killed
+        return 0.0
+
+    out = tmp_path / "pieces"
+    with pytest.raises(_Killed):
+        build_tiny(m, transcripts, s, out, score=dies_at_step_8)
+    assert warmstart_checkpoint(out).exists() and not out.exists()
+    build_tiny(m, transcripts, s, out, score=lambda model, tok: 0.0)
+    assert not warmstart_checkpoint(out).exists()
+    whole, pieces = load_model_and_tokenizer(tmp_path / "whole")[0], load_model_and_tokenizer(out)[0]
+    assert all(torch.equal(pieces.state_dict()[k], v) for k, v in whole.state_dict().items())

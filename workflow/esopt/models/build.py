@@ -56,10 +56,20 @@ def build_tiny(spec: dict[str, Any], transcripts: Sequence[Transcript], sft: SFT
     log.info("%s: %d parameters, layers %s", what, sum(p.numel() for p in model.parameters()), spec["tiny"]["layer_types"])
     dtype = getattr(torch, spec["dtype"])
     scorer = (lambda m: score(copy.deepcopy(m).to(dtype), tok)) if score is not None else None
-    stats = supervised_fine_tune(model, tok, transcripts, sft, desc=f"{what} warm start", scorer=scorer)
+    checkpoint = warmstart_checkpoint(out)
+    stats = supervised_fine_tune(model, tok, transcripts, sft, desc=f"{what} warm start", scorer=scorer,
+                                 checkpoint=checkpoint, run_info={"tiny": spec["tiny"], "dtype": spec["dtype"]})
     model = model.to(dtype)
     save_model(model, tok, out)
+    checkpoint.unlink(missing_ok=True)
     return model, stats
+
+
+def warmstart_checkpoint(out: str | Path) -> Path:
+    """Where the warm start of the model at `out` keeps its state while in progress: beside
+    the directory, which the workflow deletes before a rerun."""
+    out = Path(out)
+    return out.parent / f".{out.name}.warmstart.pt"
 
 
 def stage(spec: dict[str, Any], out: str | Path, where: str = "model") -> tuple[dict[str, Any], list[str]]:

@@ -8,15 +8,19 @@ Only the final assistant reply of each transcript is learned.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
+from esopt.io import atomic_path, sha256_text
 from esopt.seeding import derive_seed
 
 log = logging.getLogger(__name__)
@@ -50,7 +54,9 @@ def encode(tokenizer, transcript: Transcript) -> tuple[list[int], list[int]]:
 
 
 def supervised_fine_tune(model, tokenizer, transcripts: Sequence[Transcript], s: SFTSettings, desc: str = "warm start",
-                         progress: bool = True, scorer: Scorer | None = None) -> dict[str, Any]:
+                         progress: bool = True, scorer: Scorer | None = None,
+                         checkpoint: str | os.PathLike | None = None, run_info: dict[str, Any] | None = None,
+                         ) -> dict[str, Any]:
     """AdamW on the final reply of each transcript, batches drawn with replacement in a
     seeded order, linear warm-up over 50 steps then linear decay to 0, gradients clipped at 1.
 
@@ -61,7 +67,14 @@ def supervised_fine_tune(model, tokenizer, transcripts: Sequence[Transcript], s:
     stops at the first checkpoint scoring at least the target and is left there (the best
     if none does): models of several widths warm-started to a comparable success (the
     model-size ladder) rather than each to its best. The learning-rate schedule is the
-    one of `s.steps` either way, so the steps before the stop are those of a full run."""
+    one of `s.steps` either way, so the steps before the stop are those of a full run.
+
+    With a `checkpoint` path, the whole state (weights, optimizer, schedule, batch order,
+    RNG, losses, scores and the best checkpoint) is saved there atomically at every scored
+    step, and a rerun resumes from it and ends bit for bit where an uninterrupted run
+    would: a warm start longer than a sitting is built in pieces. `run_info` (e.g. the
+    architecture) joins the settings and the demonstrations' digest in the record a
+    resumed run must match. The caller deletes the file once the model is saved."""
     examples = [encode(tokenizer, t) for t in transcripts]
     if not examples:
         raise ValueError("no demonstrations to fine-tune on")
@@ -73,7 +86,11 @@ def supervised_fine_tune(model, tokenizer, transcripts: Sequence[Transcript], s:
     model.train()
     losses: list[float] = []
     select = _Selection(scorer, s.select_every) if scorer is not None and s.select_every else None
-    bar = tqdm(range(s.steps), desc=desc, disable=not progress)
+    record = {"sft": asdict(s), "demonstrations": sha256_text(json.dumps(examples)), **(run_info or {})}
+    start = _resume(checkpoint, record, model, opt, sched, gen, losses, select) if checkpoint is not None else 0
+    if start and select is not None and s.select_target is not None and select.curve[-1]["score"] >= s.select_target:
+        start = s.steps  # killed after it reached the target: nothing left to train
+    bar = tqdm(range(start, s.steps), desc=desc, disable=not progress, initial=start, total=s.steps)
     for step in bar:
         batch = [examples[i] for i in torch.randint(len(examples), (s.batch_size,), generator=gen).tolist()]
         width = max(len(ids) for ids, _ in batch)
@@ -92,6 +109,8 @@ def supervised_fine_tune(model, tokenizer, transcripts: Sequence[Transcript], s:
             bar.set_postfix(loss=f"{statistics.fmean(losses[-20:]):.3f}")
         if select is not None and ((step + 1) % s.select_every == 0 or step + 1 == s.steps):
             value = select.score(model, step + 1, statistics.fmean(losses[-20:]))
+            if checkpoint is not None:
+                _save(checkpoint, record, step + 1, model, opt, sched, gen, losses, select)
             if s.select_target is not None and value >= s.select_target:
                 log.info("step %d: validation score %.3f reached the target %.3f: warm start stops here",
                          step + 1, value, s.select_target)
@@ -103,6 +122,35 @@ def supervised_fine_tune(model, tokenizer, transcripts: Sequence[Transcript], s:
         if s.select_target is not None:
             stats["selection"].update(target=s.select_target, target_reached=stats["selection"]["best_score"] >= s.select_target)
     return stats
+
+
+def _save(path, record, step, model, opt, sched, gen, losses, select) -> None:
+    state = {"run": record, "step": step, "model": model.state_dict(), "opt": opt.state_dict(),
+             "sched": sched.state_dict(), "order": gen.get_state(), "rng": torch.get_rng_state(), "losses": losses,
+             "selection": None if select is None else {"curve": select.curve, "best": select.best}}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
+def _resume(path, record, model, opt, sched, gen, losses, select) -> int:
+    """Loads a saved state into the run's objects; the step to continue from (0: none)."""
+    if not Path(path).exists():
+        return 0
+    st = torch.load(path, map_location="cpu", weights_only=False)
+    if st["run"] != record:
+        diff = sorted(k for k in set(st["run"]) | set(record) if st["run"].get(k) != record.get(k))
+        raise ValueError(f"{path} belongs to a different warm start (differs in {diff}); delete it to start over")
+    model.load_state_dict(st["model"])
+    opt.load_state_dict(st["opt"])
+    sched.load_state_dict(st["sched"])
+    gen.set_state(st["order"])
+    torch.set_rng_state(st["rng"])
+    losses[:] = st["losses"]
+    if select is not None:
+        select.curve, select.best = st["selection"]["curve"], st["selection"]["best"]
+    log.info("warm start resumed from %s after %d steps", path, st["step"])
+    return st["step"]
 
 
 class _Selection:
