@@ -86,8 +86,10 @@ def supervised_fine_tune(model, tokenizer, transcripts: Sequence[Transcript], s:
     model.train()
     losses: list[float] = []
     select = _Selection(scorer, s.select_every) if scorer is not None and s.select_every else None
-    record = {"sft": asdict(s), "demonstrations": sha256_text(json.dumps(examples)), **(run_info or {})}
-    start = _resume(checkpoint, record, model, opt, sched, gen, losses, select) if checkpoint is not None else 0
+    start = 0
+    if checkpoint is not None:
+        record = {"sft": asdict(s), "demonstrations": sha256_text(json.dumps(examples)), **(run_info or {})}
+        start = _resume(checkpoint, record, model, opt, sched, gen, losses, select)
     if start and select is not None and s.select_target is not None and select.curve[-1]["score"] >= s.select_target:
         start = s.steps  # killed after it reached the target: nothing left to train
     bar = tqdm(range(start, s.steps), desc=desc, disable=not progress, initial=start, total=s.steps)
@@ -127,7 +129,7 @@ def supervised_fine_tune(model, tokenizer, transcripts: Sequence[Transcript], s:
 def _save(path, record, step, model, opt, sched, gen, losses, select) -> None:
     state = {"run": record, "step": step, "model": model.state_dict(), "opt": opt.state_dict(),
              "sched": sched.state_dict(), "order": gen.get_state(), "rng": torch.get_rng_state(), "losses": losses,
-             "selection": None if select is None else {"curve": select.curve, "best": select.best}}
+             "selection": {"curve": select.curve, "best": select.best}}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         torch.save(state, tmp)
