@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -97,6 +98,16 @@ def test_evaluate_writes_summary_trajectories_and_provenance(tmp_path, smoke_mod
     first = json.loads(lines[0])
     assert len(lines) == 16 and {"system", "first_observation", "turns", "reward", "num_turns"} <= set(first)
     assert json.loads(out.with_suffix(".provenance.json").read_text())["seeds"] == {"evaluate": 7}
+
+
+def test_a_built_model_is_readable_by_others(smoke_model):
+    # models are shared (a cluster's group, published/): every file as the umask allows,
+    # not the 0600 that save_pretrained leaves on model.safetensors
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in smoke_model.iterdir()}
+    assert "model.safetensors" in modes
+    assert modes == dict.fromkeys(modes, 0o666 & ~umask)
 
 
 def test_a_wrong_config_key_stops_with_its_name(tmp_path, smoke_model):

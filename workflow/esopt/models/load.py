@@ -174,6 +174,9 @@ def save_model(model, tokenizer, out: str | Path, check_load: bool = True) -> No
         os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; models are meant to be read by others
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        for f in tmp.iterdir():  # save_pretrained leaves model.safetensors 0600 (transformers 5)
+            if f.is_file():
+                os.chmod(f, 0o666 & ~umask)
         if check_load:
             load_model_and_tokenizer(tmp)
         if out.exists():
