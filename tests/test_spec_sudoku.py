@@ -102,3 +102,22 @@ def test_es_units_of_the_weights_scale_resolve_against_the_base():
     assert resolved["sigma"]["sigma0"] == pytest.approx(relative["sigma"]["sigma0"] * 0.02)
     assert resolved["sigma"]["sigmaT"] == pytest.approx(relative["sigma"]["sigmaT"] * 0.02)
     assert resolve_units(absolute.settings(), module) == (absolute.settings(), None)
+
+
+def test_the_audit_checks_weight_scale_settings_at_the_scale_the_run_recorded():
+    from esopt.es.history import History
+    from esopt.es.settings import ESConfig, scaled_units
+    from esopt.provenance.derived import DerivedChecks
+
+    cfg = load_config(ROOT / "config" / "ladder.yaml")
+    es = EsRun.from_config(cfg, 5)
+    rec = {"config": cfg, "command": "train-es", "argv": ["--horizon", "5", "--population", "16", "--seed", "0"]}
+
+    def history(run_scale, recorded_scale):
+        run = {"es": ESConfig.from_settings(scaled_units(es.settings(), run_scale), 16, 0).as_record(),
+               "tasks_per_member": es.tasks_per_member, "weight_scale": recorded_scale}
+        return History(run=json.loads(json.dumps(run)))
+
+    assert DerivedChecks._es_settings(rec, history(0.0675, 0.0675))[0] == "ok"  # as train-es writes it
+    status, why = DerivedChecks._es_settings(rec, history(0.0675 * 2, 0.0675))  # steps twice the recorded scale
+    assert status == "fail" and why.startswith("the run's settings are not the record's: alpha")

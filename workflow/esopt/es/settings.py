@@ -86,5 +86,10 @@ def resolve_units(es: dict[str, Any], module: torch.nn.Module) -> tuple[dict[str
         return es, None
     params = [p.detach() for p in module.parameters() if p.is_floating_point()]
     scale = float(sum(p.float().abs().sum() for p in params) / sum(p.numel() for p in params))
+    return scaled_units(es, scale), scale
+
+
+def scaled_units(es: dict[str, Any], scale: float) -> dict[str, Any]:
+    """es settings with alpha, sigma0 and sigmaT multiplied by `scale`."""
     sigma = {k: (v * scale if k in ("sigma0", "sigmaT") and v is not None else v) for k, v in es["sigma"].items()}
-    return {**es, "alpha": es["alpha"] * scale, "sigma": sigma}, scale
+    return {**es, "alpha": es["alpha"] * scale, "sigma": sigma}

@@ -253,7 +253,7 @@ class DerivedChecks:
 
     @staticmethod
     def _es_settings(rec, history) -> tuple[str, str]:
-        from esopt.es.settings import ESConfig
+        from esopt.es.settings import ESConfig, scaled_units
         from esopt.spec.agents import AgentES
 
         cfg, argv, cmd = rec["config"], rec.get("argv") or [], rec["command"]
@@ -266,7 +266,11 @@ class DerivedChecks:
             from esopt.spec.sudoku import EsRun, SudokuEpisodes
 
             es = EsRun.from_config(cfg, h, variant)
-            want = ESConfig.from_settings(es.settings(), int(flag_value(argv, "--population")),
+            settings = es.settings()
+            if settings.get("units", "absolute") != "absolute" and history.run.get("weight_scale"):
+                # α, σ in units of the base's mean |θ|, by the scale train-es recorded
+                settings = scaled_units(settings, history.run["weight_scale"])
+            want = ESConfig.from_settings(settings, int(flag_value(argv, "--population")),
                                           int(flag_value(argv, "--seed"))).as_record()
             got.setdefault("update_rounding", "nearest")  # histories from before the option rounded to nearest
             spec = EpisodeSpec.from_specs(SudokuEpisodes.from_config(cfg), h, es.member_decoding)
@@ -616,3 +620,4 @@ def replay_sudoku_episodes(episodes: SudokuEpisodes, horizon: int, tasks: list[A
             elif row.get("num_turns", len(turns)) != len(turns):
                 bad.append(f"{where}: num_turns {row.get('num_turns')}, {len(turns)} turns recorded")
     return bad
+
