@@ -620,4 +620,3 @@ def replay_sudoku_episodes(episodes: SudokuEpisodes, horizon: int, tasks: list[A
             elif row.get("num_turns", len(turns)) != len(turns):
                 bad.append(f"{where}: num_turns {row.get('num_turns')}, {len(turns)} turns recorded")
     return bad
-
