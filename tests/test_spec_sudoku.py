@@ -121,3 +121,18 @@ def test_the_audit_checks_weight_scale_settings_at_the_scale_the_run_recorded():
     assert DerivedChecks._es_settings(rec, history(0.0675, 0.0675))[0] == "ok"  # as train-es writes it
     status, why = DerivedChecks._es_settings(rec, history(0.0675 * 2, 0.0675))  # steps twice the recorded scale
     assert status == "fail" and why.startswith("the run's settings are not the record's: alpha")
+
+
+def test_the_audit_holds_the_recorded_weight_scale_to_the_base():
+    import torch
+
+    from esopt.es.history import History
+    from esopt.provenance.weights import WeightChecks
+
+    base = torch.nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        base.weight.copy_(torch.tensor([[0.5, -0.5], [1.0, -2.0]]) * 0.02)  # mean |θ| = 0.02
+    status, why = WeightChecks._weight_scale(History(run={"weight_scale": 0.02}), base)
+    assert status == "ok" and "0.02" in why
+    status, why = WeightChecks._weight_scale(History(run={"weight_scale": 0.04}), base)  # another base's scale
+    assert status == "fail" and "mean |θ| is 0.02" in why

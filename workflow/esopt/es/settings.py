@@ -84,9 +84,14 @@ def resolve_units(es: dict[str, Any], module: torch.nn.Module) -> tuple[dict[str
     the base weights, before any update); with absolute (or no units key), as given and None."""
     if es.get("units", "absolute") == "absolute":
         return es, None
-    params = [p.detach() for p in module.parameters() if p.is_floating_point()]
-    scale = float(sum(p.float().abs().sum() for p in params) / sum(p.numel() for p in params))
+    scale = mean_abs_weight(module)
     return scaled_units(es, scale), scale
+
+
+def mean_abs_weight(module: torch.nn.Module) -> float:
+    """Mean |θ| over the module's floating-point parameters: the scale of es.units weight_scale."""
+    params = [p.detach() for p in module.parameters() if p.is_floating_point()]
+    return float(sum(p.float().abs().sum() for p in params) / sum(p.numel() for p in params))
 
 
 def scaled_units(es: dict[str, Any], scale: float) -> dict[str, Any]:

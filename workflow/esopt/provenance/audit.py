@@ -32,6 +32,8 @@ history       ES: history.json agrees with the record on the base and final weig
 ranks         ES over torch.distributed ranks: every replica's final weights hash
               to final_weights_sha256
 base-weights  ES/RL: the base model (the --model input) loads to base_weights_sha256
+weight-scale  ES under es.units weight_scale: the scale α and σ were multiplied by is
+              the base's mean |θ|
 replay        ES: the history replayed onto the base model gives final_weights_sha256,
               each update made again from the generation's raw rewards (train-rl: a note; RL runs cannot be replayed; search-heuristics --es: the
               writer's online updates)

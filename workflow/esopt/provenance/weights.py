@@ -192,6 +192,8 @@ class WeightChecks:
                 checks.append(Check("base-weights", targets["base-weights"], "ok" if base_ok else "fail",
                                     f"{_short(got)}" if base_ok else
                                     f"loads to {_short(got)}, the run started from {_short(rec.get('base_weights_sha256'))}", rp))
+            if es and base_ok and history is not None and history.run.get("weight_scale") is not None:
+                checks.append(Check("weight-scale", targets["base-weights"], *self._weight_scale(history, model), rp))
             if es:
                 n_gen = len(history.generations) if history is not None else 0
                 if history is None:
@@ -236,6 +238,21 @@ class WeightChecks:
                     checks.append(Check("saved-weights", targets["saved-weights"], "ok" if ok else "fail",
                                         _short(got) if ok else f"loads to {_short(got)}, the run recorded {_short(rec['final_weights_sha256'])}", rp))
         return checks
+
+    @staticmethod
+    def _weight_scale(history, model) -> tuple[str, str]:
+        """es.units weight_scale: the scale train-es multiplied α and σ by is the base's mean |θ|
+        (the es-settings check holds the history to the recorded scale; this holds that scale to
+        the base). Relative tolerance 1e-5: the sum's order differs across devices and threads."""
+        from math import isclose
+
+        from esopt.es.settings import mean_abs_weight
+
+        recorded, got = float(history.run["weight_scale"]), mean_abs_weight(model)
+        if isclose(recorded, got, rel_tol=1e-5):
+            return "ok", f"α and σ were scaled by {recorded:.6g}, the base's mean |θ|"
+        return "fail", (f"α and σ were scaled by {recorded:.6g}, but the base's mean |θ| is {got:.6g}: "
+                        "the run's steps are not the config's in units of these weights")
 
     @staticmethod
     def _drift(rec: dict[str, Any]) -> str:
