@@ -342,6 +342,7 @@ def test_population_table(tree):
 
 def test_size_table_gains_and_their_growth(tmp_path):
     from esopt.report.population import size_table
+    from esopt.report.verdicts import t975, welch_df
 
     for model, base, es in (("s", 0.40, [0.41, 0.42, 0.40]), ("m", 0.40, [0.46, 0.47, 0.45]), ("l", 0.5, [0.6])):
         write_eval(tmp_path, model, "base", "", 4, base)
@@ -350,9 +351,11 @@ def test_size_table_gains_and_their_growth(tmp_path):
     evals = load_population_evals(rel(tmp_path, "results/eval/*/*/h4.json") + rel(tmp_path, "results/eval/*/*/*/h4.json"))
     t = size_table(evals, ["s", "m"], 4, 16).set_index("model")
     assert t.loc["s"].gain == pytest.approx(0.01) and t.loc["m"].gain == pytest.approx(0.06)
-    se_m = math.sqrt(pd.Series([0.46, 0.47, 0.45]).var(ddof=1) / 3 + sum(x * (1 - x) / 512 for x in (0.46, 0.47, 0.45)) / 9
-                     + 0.4 * 0.6 / 512)
-    assert t.loc["m"].ci_high - t.loc["m"].gain == pytest.approx(4.303 * se_m)  # t with 2 degrees of freedom
+    seed, binomial = pd.Series([0.46, 0.47, 0.45]).var(ddof=1) / 3, sum(x * (1 - x) / 512 for x in (0.46, 0.47, 0.45)) / 9
+    terms = [(seed, 2), (binomial, 511), (0.4 * 0.6 / 512, 511)]  # the base's own binomial variance too
+    df = welch_df(terms)
+    assert 2 < df < 511  # between the seeds' n - 1 and the evaluations' episodes - 1
+    assert t.loc["m"].ci_high - t.loc["m"].gain == pytest.approx(t975(df) * math.sqrt(seed + binomial + 0.24 / 512))
     growth = t.loc["m - s"]
     assert growth.comparison == "gain growth" and growth.gain == pytest.approx(0.05) and growth.seeds == "3/3"
     assert growth.verdict == ("reproduced" if growth.ci_low > 0 else "undecided")

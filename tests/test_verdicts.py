@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from esopt.report.verdicts import contrast, t975, verdict, verdicts_table
+from esopt.report.verdicts import contrast, t975, verdict, verdicts_table, welch_df
 
 REF = {"sudoku": {"esopt": {5: 89.58, 15: 53.13}, "ppo": {5: 90.63, 15: 0.0}},
        "sigma_ablation": {"esopt": 53.13, "es_sigmaT0": 28.13},
@@ -27,11 +27,35 @@ def test_the_interval_is_a_t_interval_of_the_seed_and_binomial_variance():
     b = evals([("ppo", 15, None, [0.2, 0.3, 0.4])])
     c = contrast([a], [b])
     var = 2 * (0.01 + 0.02 ** 2) / 3  # each arm: seed variance 0.01, binomial 0.0004, over 3 seeds
+    # Welch-Satterthwaite: only the seed variances (2 df each) are estimated from few samples;
+    # the binomial terms have no episodes recorded here, so they count as exactly known
+    df = var ** 2 / (2 * (0.01 / 3) ** 2 / 2)
+    assert 4 < df < 5
     assert c["difference"] == pytest.approx(0.3)
-    assert c["ci_high"] - c["difference"] == pytest.approx(t975(4) * math.sqrt(var))
+    assert c["ci_high"] - c["difference"] == pytest.approx(t975(df) * math.sqrt(var))
+    assert t975(df) == t975(4)  # a fractional df rounds down: the wider interval
     assert c["seeds"] == "3/3"
     one = contrast([a.iloc[:1]], [b])
     assert math.isnan(one["ci_low"]) and one["seeds"] == "1/3"  # one seed: no seed variance, no interval
+
+
+def test_t_quantiles_beyond_the_table_follow_the_exact_ones():
+    # scipy.stats.t.ppf(0.975, df), computed once (scipy is not a dependency)
+    for df, exact in ((31, 2.039513446), (60, 2.000297822), (312, 1.967596497)):
+        assert t975(df) == pytest.approx(exact, abs=1e-5)
+    assert t975(30) == 2.042 and t975(1e9) == pytest.approx(1.959964, abs=1e-6)
+    with pytest.raises(ValueError, match="at least 1"):
+        t975(0.5)
+
+
+def test_welch_df_pools_equal_arms_and_follows_the_estimated_term():
+    # two equal arms of n seeds with only a seed variance each: the pooled t's n_a + n_b - 2
+    assert welch_df([(0.01 / 3, 2), (0.01 / 3, 2)]) == pytest.approx(4)
+    # one arm's spread dominates: close to that arm's n - 1
+    assert welch_df([(1.0, 2), (1e-4, 2)]) == pytest.approx(2, rel=1e-3)
+    # evaluation noise (511 df) dominates a small seed spread: far more than n - 1
+    assert welch_df([(5e-5, 2), (5e-4, 511)]) > 100
+    assert welch_df([(0.0, 2), (0.01, math.inf)]) == math.inf  # nothing estimated: the normal's
 
 
 def test_verdicts_follow_the_interval_and_the_papers_effect():

@@ -178,8 +178,9 @@ SIZE_COLUMNS = ["comparison", "model", "horizon", "population", "seeds", "base",
 def _gain(evals: pd.DataFrame, model: str, horizon: int, population: int) -> dict[str, Any] | None:
     """ESOpt's held-out gain over its base at H*: mean over seeds minus the base's success,
     with Var = seed variance / n + mean binomial variance / n + the base's binomial variance
-    (one base model per size: its warm start is not repeated), and n - 1 degrees of freedom."""
-    from esopt.report.sudoku import seed_mean_variance
+    (one base model per size: its warm start is not repeated) as (variance, degrees of
+    freedom) terms, for Welch-Satterthwaite degrees of freedom (esopt.report.verdicts)."""
+    from esopt.report.sudoku import binomial_term, seed_mean_terms
 
     ev = evals[(evals.model == model) & (pd.to_numeric(evals.eval_horizon) == horizon)]
     es = ev[(ev.method == "esopt") & (pd.to_numeric(ev.population, errors="coerce") == population)
@@ -190,21 +191,22 @@ def _gain(evals: pd.DataFrame, model: str, horizon: int, population: int) -> dic
     b = base.iloc[0]
     return {"model": model, "n": len(es), "base": float(b.success), "esopt": es.success.astype(float).mean(),
             "gain": es.success.astype(float).mean() - float(b.success),
-            "var": seed_mean_variance(es) + float(b.success_se) ** 2}
+            "terms": seed_mean_terms(es) + [binomial_term(b)]}
 
 
 def size_table(evals: pd.DataFrame, models: Sequence[str], horizon: int, population: int) -> pd.DataFrame:
     """The model-size ladder: ESOpt's gain over its base at H* and G for each model (in
-    `models` order, smallest first) with its 95% Student t interval, then the growth of the
-    gain from the first model to the last. Verdicts as esopt.report.verdicts: growth
+    `models` order, smallest first) with its 95% Student t interval (Welch-Satterthwaite
+    degrees of freedom, as the verdicts), then the growth of the gain from the first model
+    to the last. Verdicts as esopt.report.verdicts: growth
     reproduced when its interval lies above 0 (the paper argues sampled directions get more
     useful as models grow), not reproduced below 0, undecided otherwise or with one seed."""
-    from esopt.report.verdicts import t975, verdict
+    from esopt.report.verdicts import t_half_width, verdict
 
     gains = [g for g in (_gain(evals, m, horizon, population) for m in models) if g is not None]
     rows = []
     for g in gains:
-        half = t975(g["n"] - 1) * g["var"] ** 0.5 if g["n"] > 1 else float("nan")
+        half = t_half_width(g["terms"]) if g["n"] > 1 else float("nan")
         rows.append({"comparison": "esopt - base", "model": g["model"], "horizon": horizon, "population": population,
                      "seeds": g["n"], "base": g["base"], "esopt": g["esopt"], "gain": g["gain"],
                      "ci_low": g["gain"] - half, "ci_high": g["gain"] + half,
@@ -212,8 +214,7 @@ def size_table(evals: pd.DataFrame, models: Sequence[str], horizon: int, populat
     if len(gains) > 1:
         small, large = gains[0], gains[-1]
         diff = large["gain"] - small["gain"]
-        df = large["n"] + small["n"] - 2
-        half = t975(df) * (large["var"] + small["var"]) ** 0.5 if min(large["n"], small["n"]) > 1 else float("nan")
+        half = t_half_width(large["terms"] + small["terms"]) if min(large["n"], small["n"]) > 1 else float("nan")
         rows.append({"comparison": "gain growth", "model": f"{large['model']} - {small['model']}", "horizon": horizon,
                      "population": population, "seeds": f"{large['n']}/{small['n']}", "base": float("nan"),
                      "esopt": float("nan"), "gain": diff, "ci_low": diff - half, "ci_high": diff + half,

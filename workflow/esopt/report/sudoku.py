@@ -30,12 +30,29 @@ def load_evals(paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
     return df.sort_values(["method", "train_horizon", "population", "seed", "eval_horizon"], na_position="first").reset_index(drop=True)
 
 
+def seed_mean_terms(grp: pd.DataFrame) -> list[tuple[float, float]]:
+    """The variance of the mean success over a group of seeds' evaluations as (variance,
+    degrees of freedom) terms: seed variance / n with n - 1 (0 for one seed), and mean
+    binomial variance / n with the evaluations' episodes - 1 (infinite where unrecorded)."""
+    n = len(grp)
+    seed_var = grp.success.astype(float).var(ddof=1) if n > 1 else 0.0
+    return [(seed_var / n, n - 1), ((grp.success_se.astype(float) ** 2).mean() / n, _binomial_df(grp))]
+
+
+def binomial_term(ev: pd.Series) -> tuple[float, float]:
+    """One evaluation's binomial variance as a (variance, degrees of freedom) term."""
+    return float(ev.success_se) ** 2, _binomial_df(pd.DataFrame([ev]))
+
+
+def _binomial_df(grp: pd.DataFrame) -> float:
+    episodes = pd.to_numeric(grp.get("episodes", pd.Series(dtype=float)), errors="coerce")
+    return float(episodes.min()) - 1 if len(episodes) and episodes.notna().all() else math.inf
+
+
 def seed_mean_variance(grp: pd.DataFrame) -> float:
     """Variance of the mean success over a group of seeds' evaluations: seed variance / n
     (0 for one seed) + mean binomial variance / n."""
-    n = len(grp)
-    seed_var = grp.success.astype(float).var(ddof=1) if n > 1 else 0.0
-    return seed_var / n + (grp.success_se.astype(float) ** 2).mean() / n
+    return sum(v for v, _ in seed_mean_terms(grp))
 
 
 def summarize(df: pd.DataFrame) -> pd.DataFrame:
