@@ -342,7 +342,7 @@ def test_population_table(tree):
 
 def test_size_table_gains_and_their_growth(tmp_path):
     from esopt.report.population import size_table
-    from esopt.report.verdicts import t975, welch_df
+    from esopt.report.verdicts import t975
 
     for model, base, es in (("s", 0.40, [0.41, 0.42, 0.40]), ("m", 0.40, [0.46, 0.47, 0.45]), ("l", 0.5, [0.6])):
         write_eval(tmp_path, model, "base", "", 4, base)
@@ -352,13 +352,20 @@ def test_size_table_gains_and_their_growth(tmp_path):
     t = size_table(evals, ["s", "m"], 4, 16).set_index("model")
     assert t.loc["s"].gain == pytest.approx(0.01) and t.loc["m"].gain == pytest.approx(0.06)
     seed, binomial = pd.Series([0.46, 0.47, 0.45]).var(ddof=1) / 3, sum(x * (1 - x) / 512 for x in (0.46, 0.47, 0.45)) / 9
-    terms = [(seed, 2), (binomial, 511), (0.4 * 0.6 / 512, 511)]  # the base's own binomial variance too
-    df = welch_df(terms)
+    var = seed + binomial + 0.4 * 0.6 / 512  # the base's own binomial variance too
+    df = var ** 2 / (seed ** 2 / 2 + binomial ** 2 / 511 + (0.4 * 0.6 / 512) ** 2 / 511)  # Welch-Satterthwaite
     assert 2 < df < 511  # between the seeds' n - 1 and the evaluations' episodes - 1
-    assert t.loc["m"].ci_high - t.loc["m"].gain == pytest.approx(t975(df) * math.sqrt(seed + binomial + 0.24 / 512))
+    assert t.loc["m"].ci_high - t.loc["m"].gain == pytest.approx(t975(df) * math.sqrt(var))
     growth = t.loc["m - s"]
     assert growth.comparison == "gain growth" and growth.gain == pytest.approx(0.05) and growth.seeds == "3/3"
-    assert growth.verdict == ("reproduced" if growth.ci_low > 0 else "undecided")
+    xs = (0.41, 0.42, 0.40)
+    terms = [(seed, 2), (binomial, 511), (0.24 / 512, 511), (pd.Series(xs).var(ddof=1) / 3, 2),
+             (sum(x * (1 - x) / 512 for x in xs) / 9, 511), (0.24 / 512, 511)]  # m's terms, then s's
+    v = sum(t for t, _ in terms)
+    half = t975(v ** 2 / sum(t * t / d for t, d in terms)) * math.sqrt(v)
+    assert (growth.ci_low, growth.ci_high) == pytest.approx((0.05 - half, 0.05 + half))
+    # 5 points of growth, seeds 1 point apart, but the two bases' binomial variances (2.2 points each) span more
+    assert growth.ci_low < 0 < growth.ci_high and growth.verdict == "undecided"
     one = size_table(evals, ["s", "l"], 4, 16).set_index("model")  # one seed: no interval
     assert math.isnan(one.loc["l"].ci_low) and one.loc["l - s"].verdict == "undecided"
     assert size_table(evals, ["absent"], 4, 16).empty

@@ -56,6 +56,19 @@ def test_welch_df_pools_equal_arms_and_follows_the_estimated_term():
     # evaluation noise (511 df) dominates a small seed spread: far more than n - 1
     assert welch_df([(5e-5, 2), (5e-4, 511)]) > 100
     assert welch_df([(0.0, 2), (0.01, math.inf)]) == math.inf  # nothing estimated: the normal's
+    assert welch_df([(1.0, 2), (1e-17, 2)]) >= 2  # never below its fewest-df term, rounding or not
+    with pytest.raises(ValueError, match="at least 1 degree"):
+        welch_df([(0.01, 0)])
+
+
+def test_a_contrast_counts_each_evaluations_episodes():
+    a = evals([("esopt", 15, 16, [0.50, 0.52, 0.54])]).assign(episodes=512)
+    b = evals([("ppo", 15, None, [0.40, 0.40, 0.40])]).assign(episodes=[512, float("nan"), 256])
+    c = contrast([a], [b])
+    seed_a, binom = 0.0004 / 3, 0.02 ** 2 / 3  # arm b has no seed spread; its fewest episodes: 256
+    df = (seed_a + 2 * binom) ** 2 / (seed_a ** 2 / 2 + binom ** 2 / 511 + binom ** 2 / 255)  # by hand: about 18
+    assert 15 < df < 20
+    assert c["ci_high"] - c["difference"] == pytest.approx(t975(df) * math.sqrt(seed_a + 2 * binom))
 
 
 def test_verdicts_follow_the_interval_and_the_papers_effect():

@@ -33,7 +33,7 @@ def load_evals(paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
 def seed_mean_terms(grp: pd.DataFrame) -> list[tuple[float, float]]:
     """The variance of the mean success over a group of seeds' evaluations as (variance,
     degrees of freedom) terms: seed variance / n with n - 1 (0 for one seed), and mean
-    binomial variance / n with the evaluations' episodes - 1 (infinite where unrecorded)."""
+    binomial variance / n with the fewest recorded episodes - 1 (infinite where none is)."""
     n = len(grp)
     seed_var = grp.success.astype(float).var(ddof=1) if n > 1 else 0.0
     return [(seed_var / n, n - 1), ((grp.success_se.astype(float) ** 2).mean() / n, _binomial_df(grp))]
@@ -45,8 +45,8 @@ def binomial_term(ev: pd.Series) -> tuple[float, float]:
 
 
 def _binomial_df(grp: pd.DataFrame) -> float:
-    episodes = pd.to_numeric(grp.get("episodes", pd.Series(dtype=float)), errors="coerce")
-    return float(episodes.min()) - 1 if len(episodes) and episodes.notna().all() else math.inf
+    episodes = pd.to_numeric(grp.get("episodes", pd.Series(dtype=float)), errors="coerce").dropna()
+    return float(episodes.min()) - 1 if len(episodes) else math.inf
 
 
 def seed_mean_variance(grp: pd.DataFrame) -> float:

@@ -51,10 +51,16 @@ def t975(df: float) -> float:
 
 def welch_df(terms: Sequence[tuple[float, float]]) -> float:
     """Welch-Satterthwaite degrees of freedom of a sum of independent variance estimates,
-    each (variance, its degrees of freedom): (sum v)^2 / sum(v^2 / df). Infinite when every
+    each (variance, its degrees of freedom): (sum v)^2 / sum(v^2 / df), never fewer than
+    its fewest-df term's (which rounding could otherwise undercut). Infinite when every
     term is 0 or exactly known (infinite df)."""
-    den = sum(v * v / df for v, df in terms if v > 0 and df > 0 and not math.isinf(df))
-    return sum(v for v, _ in terms) ** 2 / den if den > 0 else math.inf
+    estimated = [(v, df) for v, df in terms if v > 0 and not math.isinf(df)]
+    if any(df < 1 for _, df in estimated):
+        raise ValueError(f"a variance term needs at least 1 degree of freedom: {terms}")
+    den = sum(v * v / df for v, df in estimated)
+    if den == 0:
+        return math.inf
+    return max(sum(v for v, _ in terms) ** 2 / den, min(df for _, df in estimated))
 
 
 def t_half_width(terms: Sequence[tuple[float, float]]) -> float:
