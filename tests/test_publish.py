@@ -379,3 +379,19 @@ def test_a_grid_run_in_pieces_ends_complete(tmp_path):
     assert not {"build_model", "train_es", "train_rl", "evaluate_base", "evaluate_es", "evaluate_rl"} & set(jobs), jobs
     smk(three, config)
     assert (three / "results/tables/sudoku_methods.csv").stat().st_size > 0
+
+
+def test_a_recorded_absolute_path_from_a_checkout_that_is_gone_is_read_under_the_root(tmp_path):
+    # Snakemake records --configfile absolute: a record published from an earlier sitting's
+    # worktree names a config file that is gone on a fresh clone, which has it at the same tail
+    from esopt.provenance.find import FORMAT
+
+    root = tmp_path / "repo"
+    (root / "published/grid").mkdir(parents=True)
+    (root / "published/grid" / MANIFEST).write_text(json.dumps({"format": FORMAT, "files": {}}))
+    (root / "config").mkdir()
+    (root / "config/grid.yaml").write_text("name: grid\n")
+    tree = PublishedTree.open(root / "published/grid")
+    assert tree.local("/gone/wt/sitting3/config/grid.yaml") == root / "config/grid.yaml"
+    assert tree.local(root / "config/grid.yaml") == root / "config/grid.yaml"  # still there: itself
+    assert tree.local("/gone/wt/sitting3/config/other.yaml") == Path("/gone/wt/sitting3/config/other.yaml")

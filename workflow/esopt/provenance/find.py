@@ -200,6 +200,18 @@ class PublishedTree:
     def results(self) -> str:
         return self.manifest.get("results", "results")
 
+    def _moved(self, recorded: Path) -> Path:
+        """An absolute recorded path that is gone (the checkout that ran the job, e.g. a
+        worktree of an earlier sitting: Snakemake records --configfile absolute): the
+        longest tail of it that exists under `root`, else the path itself. The checks that
+        read it compare its content with the record, so a wrong file fails, never passes."""
+        parts = recorded.parts[1:]
+        for i in range(len(parts)):
+            here = self.root.joinpath(*parts[i:])
+            if here.exists():
+                return here
+        return _abs(recorded)
+
     def rel(self, recorded: str | os.PathLike) -> str | None:
         """A recorded path's place in the tree (its path under results/), or None outside results/."""
         p = Path(recorded)
@@ -215,7 +227,7 @@ class PublishedTree:
         directory whose files are published), else under the working directory."""
         p = Path(recorded)
         if p.is_absolute():
-            return _abs(p)
+            return _abs(p) if _abs(p).exists() else self._moved(p)
         rel = self.rel(p)
         if rel in self.files or (rel is not None and any(
                 f.startswith(rel.rstrip("/") + "/") and e.get("kind") == "model" for f, e in self.files.items())):
