@@ -299,7 +299,7 @@ def test_an_unfinished_es_run_is_continued_in_the_next_sitting(sitting, tmp_path
     # what the trainer leaves in .resume/ once generation 0 is done (it saves after each one)
     History(whole.run, whole.generations[:1]).save(one / RUN / ".resume" / "history.json")
     res = esopt(one, "publish", "--config", "config/smoke.yaml")
-    assert "published 1 unfinished ES run(s) as partial histories" in res.stdout and f"{run} (1 generations)" in res.stdout
+    assert "published 1 unfinished run(s) as partial runs" in res.stdout and f"{run} (1 generations)" in res.stdout
     pub = one / "published/smoke"
     manifest = json.loads((pub / MANIFEST).read_text())
     assert manifest["partial"][run]["generations"] == 1
@@ -308,7 +308,7 @@ def test_an_unfinished_es_run_is_continued_in_the_next_sitting(sitting, tmp_path
     res = esopt(one, "publish", "--config", "config/smoke.yaml")  # again: nothing changes, the partial run stays
     assert "published 0 file(s)" in res.stdout and "partial" not in res.stdout and (pub / MANIFEST).read_bytes() == before
     audit = esopt(one, "audit", "published/smoke")
-    assert audit.returncode == 0 and "1 unfinished ES run(s) published as partial histories" in audit.stdout, audit.stdout
+    assert audit.returncode == 0 and "1 unfinished run(s) published as partial runs" in audit.stdout, audit.stdout
     bare = tmp_path / "bare"  # a first sitting that finished nothing: partial runs, no record
     shutil.copytree(pub / "partial", bare / "published/smoke/partial")
     (bare / "published/smoke" / MANIFEST).write_text(json.dumps({**manifest, "files": {}}))
@@ -337,6 +337,82 @@ def test_an_unfinished_es_run_is_continued_in_the_next_sitting(sitting, tmp_path
     assert "partial" not in manifest and f"{run}/history.json" in manifest["files"]
     assert not (two / "published/smoke/partial" / run).exists()
     assert esopt(two, "audit", "published/smoke", "-q").returncode == 0
+
+
+def test_an_unfinished_rl_run_is_continued_in_the_next_sitting(sitting, tmp_path):
+    """A sitting was killed during an RL run (an RL run cannot be replayed, so its resume
+    checkpoint is what a later sitting needs): `esopt publish` keeps the checkpoint under
+    partial/; train-rl in the next sitting, on a fresh copy, continues it to the weights and
+    metrics of the uninterrupted run; publishing the finished run removes the partial one."""
+    import signal
+    import time
+
+    cfg = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())
+    cfg["rl"]["steps"] = 3  # a kill after the first or second step leaves a step to continue
+    run_dir = f"results/train/ppo/{MODEL}/sudoku/h2_s0"
+    run = run_dir.removeprefix("results/")
+    train = [sys.executable, "-m", "esopt.cli.main", "train-rl", "--config", "config/smoke.yaml", "--algo", "ppo",
+             "--benchmark", "sudoku", "--horizon", "2", "--seed", "0", "--model", BASE, "--out", run_dir,
+             "--rule", "train_rl"]
+
+    def checkout(name: str) -> Path:
+        wd = copy_workflow(tmp_path / name)
+        (wd / "config/smoke.yaml").write_text(yaml.safe_dump(cfg))
+        shutil.copytree(sitting / BASE, wd / BASE)
+        return wd
+
+    whole = checkout("whole")
+    esopt(whole, *train[3:])
+    straight = json.loads((whole / run_dir / "provenance.json").read_text())
+
+    one = checkout("one")  # the sitting that was stopped: killed once a step is checkpointed
+    ckpt = one / run_dir / ".resume/checkpoint.pt"
+    proc = subprocess.Popen(train, cwd=one, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while not ckpt.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    steps = torch_load(ckpt)["step"]
+    assert 1 <= steps < 3 and not (one / run_dir / "provenance.json").exists()
+    res = esopt(one, "publish", "--config", "config/smoke.yaml")
+    assert f"{run} ({steps} steps)" in res.stdout and "published 1 unfinished run(s) as partial runs" in res.stdout, res.stdout
+    pub = one / "published/smoke"
+    manifest = json.loads((pub / MANIFEST).read_text())
+    assert manifest["partial"][run]["file"] == "checkpoint.pt" and manifest["partial"][run]["steps"] == steps
+    assert (pub / "partial" / run / "checkpoint.pt").read_bytes() == ckpt.read_bytes()
+    audit = esopt(one, "audit", "published/smoke")
+    assert f"{run} ({steps} steps)" in audit.stdout, audit.stdout
+    over = dict(cfg, published={"checkpoint_mib": 0})  # a checkpoint over the limit stays where it is
+    (one / "config/over.yaml").write_text(yaml.safe_dump(over))
+    res = esopt(one, "publish", "--config", "config/over.yaml", "--to", tmp_path / "over")
+    assert "over published.checkpoint_mib" in res.stdout and not (tmp_path / "over/partial").exists(), res.stdout
+
+    two = checkout("two")
+    shutil.copytree(pub, two / "published/smoke")
+    res = esopt(two, *train[3:])
+    assert f"continued from published/smoke/partial/{run}/checkpoint.pt after {steps} steps" in res.stderr, res.stderr[-3000:]
+    rec = json.loads((two / run_dir / "provenance.json").read_text())
+    assert rec["continued_from"] == {"checkpoint": f"published/smoke/partial/{run}/checkpoint.pt",
+                                     "sha256": manifest["partial"][run]["sha256"], "steps": steps}
+    assert rec["final_weights_sha256"] == straight["final_weights_sha256"]
+    metrics = lambda wd: [{k: v for k, v in json.loads(line).items() if not k.endswith("_s")}
+                          for line in (wd / run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert metrics(two) == metrics(whole) and len(metrics(two)) == 3
+    res = esopt(two, "publish", "--config", "config/smoke.yaml")
+    assert f"removed 1 partial run(s) whose finished run is published: {run}" in res.stdout, res.stdout
+    manifest = json.loads((two / "published/smoke" / MANIFEST).read_text())
+    assert "partial" not in manifest and f"{run}/metrics.jsonl" in manifest["files"]
+    assert not (two / "published/smoke/partial").exists()
+    audit = esopt(two, "audit", "published/smoke")
+    assert f"continued after {steps} steps of an earlier sitting" in audit.stdout, audit.stdout
+
+
+def torch_load(path):
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 @pytest.mark.pipeline

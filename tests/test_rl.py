@@ -241,6 +241,34 @@ def test_killed_run_resumes_to_the_same_weights(smoke, tmp_path):
     assert weights_sha256(resumed) == weights_sha256(straight)
 
 
+def test_a_published_checkpoint_of_another_run_is_not_continued(smoke, tmp_path, caplog):
+    # continue_from is an earlier sitting's checkpoint (esopt publish): one of another run (the
+    # config changed since) is skipped with a warning, not an error; this run's is continued
+    base, tok = smoke
+
+    def rollout_fn(policy, task_seed, sampling_seed, group, counters):
+        tasks = [t for t in generate_puzzles(4, 2, 2, seed=task_seed, split="train") for _ in range(group)]
+        return token_rollout(policy, tok, lambda: SudokuEnv(2), tasks, instructions(4, "short"),
+                             Sampling(do_sample=True, max_new_tokens=8), seed=sampling_seed, max_turns=2,
+                             history_turns=0, counters=counters)
+
+    cfg = RLConfig(algo="grpo", steps=2, tasks_per_step=2, group_size=2, lr=1e-3, temperature=0.7)
+    earlier = tmp_path / "published.pt"
+    first = RLTrainer(copy.deepcopy(base), cfg, rollout_fn, tok.pad_token_id, progress=False)
+    first.metrics.append(first.step(0))
+    first.save(earlier)
+    other = RLTrainer(copy.deepcopy(base), RLConfig(**{**cfg.__dict__, "lr": 2e-3}), rollout_fn, tok.pad_token_id,
+                      checkpoint_path=tmp_path / "own.pt", continue_from=earlier, progress=False)
+    with caplog.at_level("WARNING", logger="esopt.rl.trainer"):
+        assert other.resume() == 0
+    assert "not continuing" in caplog.text and "differs in ['rl']" in caplog.text and other.continued is None
+    same = RLTrainer(copy.deepcopy(base), cfg, rollout_fn, tok.pad_token_id, checkpoint_path=tmp_path / "own.pt",
+                     continue_from=earlier, progress=False)
+    assert same.resume() == 1 and same.continued["steps"] == 1 and same.continued["checkpoint"] == str(earlier)
+    same.run()  # its own checkpoints keep where it was continued from
+    assert torch.load(tmp_path / "own.pt", weights_only=True)["continued_from"] == same.continued
+
+
 def test_shared_critic_and_kl_reference_run_a_step(smoke, smoke_model):
     base, tok = smoke
     policy = copy.deepcopy(base)

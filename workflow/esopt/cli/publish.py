@@ -3,11 +3,13 @@
 Copies the compact outputs of every finished job of the config from --results (results/)
 into --to (default published/NAME/, config `published.dir` and `name`), at the paths
 they had under results/: provenance records, evaluations, ES histories, metrics,
-budgets, check and memory results, report tables. Model weights, optimizer checkpoints,
-trajectories, figures and notebooks are never published (an ES run's weights replay from
-its base model and history.json: `esopt replay`). An unfinished ES run (a sitting stopped it)
-is published as its resume history, --to/partial/RUN/history.json, which train-es continues
-on a fresh clone; publishing the finished run removes it. A job is published when its record is
+budgets, check and memory results, report tables. Trained weights, finished runs' optimizer
+checkpoints, trajectories, figures and notebooks are never published (an ES run's weights
+replay from its base model and history.json: `esopt replay`). An unfinished run (a sitting
+stopped it) is published as what continues it on a fresh clone: an ES run's resume history,
+--to/partial/RUN/history.json (train-es), an RL run's resume checkpoint,
+--to/partial/RUN/checkpoint.pt (train-rl; up to published.checkpoint_mib, since weights and
+optimizer state are what an RL run cannot rebuild); publishing the finished run removes it. A job is published when its record is
 complete, its outputs hash as recorded, its settings are what the config asks for (the
 rerun map, esopt.provenance.jobs) and its upstream records are published. Writes are
 atomic and the command is idempotent: it adds and updates, deletes only a partial run whose

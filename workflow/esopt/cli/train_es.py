@@ -44,7 +44,7 @@ def main_fn(args: argparse.Namespace) -> int:
     from esopt.config import engine_settings
     from esopt.es.deadline import MemberDeadlineError
     from esopt.es.distributed import SlowRankError, from_config
-    from esopt.provenance.published import partial_history
+    from esopt.provenance.published import partial_run
     from esopt.runs.sudoku_training import train_es
     from esopt.spec.sudoku import EsRun, SudokuEpisodes, SudokuEvaluation
 
@@ -57,7 +57,7 @@ def main_fn(args: argparse.Namespace) -> int:
         prov = Provenance("train-es", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                           seeds={"es": args.seed}, inputs=[args.config, args.model])
         # a partial run of an earlier sitting; not with es.eval_every (its evaluations stay there)
-        earlier = None if es.eval_every else partial_history(cfg, args.out)
+        earlier = None if es.eval_every else partial_run(cfg, args.out, "history.json")
         result = train_es(es, episodes, evaluation, engine_settings(cfg, "sudoku"), args.model, args.population,
                           args.seed, run.resume, run.trajectories, collective, continue_from=earlier)
         if not collective.is_main:

@@ -6,7 +6,9 @@ DIR/metrics.jsonl   one line per step (reward, success, losses, clip fraction, t
 DIR/budget.json     what the run used: steps, episodes, tokens, FLOPs, wall clock
 DIR/trajectories/   token-level episodes of the first, every 10th and last step
 DIR/provenance.json
-A killed run leaves its checkpoint in DIR/.resume/ and continues from there when rerun.
+A killed run leaves its checkpoint in DIR/.resume/ and continues from there when rerun; a run
+an earlier sitting published unfinished (esopt publish: published/NAME/partial/) continues
+from its published checkpoint when DIR/.resume/ has none.
 
 Under torchrun (rl.ranks > 1 in the pipeline) the policy, critic and reference are sharded
 over the ranks (FSDP2) and each rank rolls out its share of the episodes; rank 0 publishes:
@@ -40,6 +42,7 @@ def main_fn(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.config} has no `rl` block")
     from esopt.config import rl_engine_settings
     from esopt.es.distributed import from_config
+    from esopt.provenance.published import partial_run
     from esopt.spec.sudoku import RlRun, SudokuEpisodes
 
     rl, episodes = RlRun.from_config(cfg), SudokuEpisodes.from_config(cfg)
@@ -51,7 +54,8 @@ def main_fn(args: argparse.Namespace) -> int:
         prov = Provenance("train-rl", cfg, args.config, args.rule, parse_wildcards(args.wildcards),
                           seeds={"rl": args.seed}, inputs=[args.config, args.model])
         result = train_rl(rl, episodes, cfg["model"]["dtype"], args.model, args.algo, args.sampling, args.horizon,
-                          args.seed, run.resume, run.trajectories, collective, engine=rl_engine_settings(cfg))
+                          args.seed, run.resume, run.trajectories, collective, engine=rl_engine_settings(cfg),
+                          continue_from=partial_run(cfg, args.out, "checkpoint.pt"))
         if collective.is_main:
             # Publish atomically; provenance last.
             run.save_model(result.model, result.tokenizer)

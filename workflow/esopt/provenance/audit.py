@@ -55,9 +55,9 @@ coverage      a warning for every file under it that no record lists as an outpu
               result whose record was deleted, a file added to a run)
 manifest      a published tree: every listed file hashes as MANIFEST.json lists it and is
               an output of its record (a file it does not list: a warning)
-partial       a published tree with unfinished ES runs (published/NAME/partial/): each
-              history hashes as listed, with the generations listed (a warning names them:
-              the grid is not complete)
+partial       a published tree with unfinished runs (published/NAME/partial/): each ES
+              history or RL checkpoint hashes as listed, with the generations or steps
+              listed (a warning names them: the grid is not complete)
 commit        a published tree: every commit its results came from exists in git
 
 A warning passes; `esopt audit --strict` fails on it (and on a skipped check).
@@ -92,7 +92,7 @@ from esopt.provenance.find import (
     records_under,
     resolver,
 )
-from esopt.provenance.published import git_commit_exists
+from esopt.provenance.published import checkpoint_summary, git_commit_exists
 from esopt.provenance.record_checks import (
     DEFAULT_MAX_REPLAY_PARAMS,
     AuditReport,
@@ -158,24 +158,32 @@ def coverage_check(directory: Path, records: list[Path], root: Path | None,
 
 
 def partial_check(tree: PublishedTree, shown: str) -> Check:
-    """partial: the unfinished ES runs' histories hash as listed and hold the generations listed."""
+    """partial: the unfinished runs' files hash as listed and hold what is listed: an ES
+    history its generations, an RL checkpoint its steps."""
     bad, runs = [], []
     for run, entry in sorted(tree.partials.items()):
         f = tree.partial_file(run)
-        hist = _read_record(f) if f.is_file() else None
-        if hist is None:
-            bad.append(f"{run}: history missing or unreadable")
+        rl = f.name == "checkpoint.pt"
+        unit, listed = ("steps", entry.get("steps")) if rl else ("generations", entry.get("generations"))
+        if rl:
+            summary = checkpoint_summary(f) if f.is_file() else None
+            done = summary[1] if summary is not None else None
+        else:
+            hist = _read_record(f) if f.is_file() else None
+            done = len(hist.get("generations") or []) if hist is not None else None
+        if done is None:
+            bad.append(f"{run}: {'checkpoint' if rl else 'history'} missing or unreadable")
         elif sha256_file(f) != entry.get("sha256"):
             bad.append(f"{run}: sha256 listed {str(entry.get('sha256'))[:12]}, now {sha256_file(f)[:12]}")
-        elif len(hist.get("generations") or []) != entry.get("generations"):
-            bad.append(f"{run}: {len(hist.get('generations') or [])} generations, {entry.get('generations')} listed")
+        elif done != listed:
+            bad.append(f"{run}: {done} {unit}, {listed} listed")
         else:
-            runs.append(f"{run} ({entry['generations']} generations)")
+            runs.append(f"{run} ({done} {unit})")
     if bad:
         return Check("partial", shown, "fail", f"{len(bad)} of {len(tree.partials)} partial run(s) differ from "
                      "MANIFEST.json: " + _shown(bad, 3), shown)
-    return Check("partial", shown, "warn", f"{len(runs)} unfinished ES run(s) published as partial histories (a "
-                 "later sitting continues them; the grid is not complete): " + _shown(runs, 3), shown)
+    return Check("partial", shown, "warn", f"{len(runs)} unfinished run(s) published as partial runs (a later "
+                 "sitting continues them; the grid is not complete): " + _shown(runs, 3), shown)
 
 
 def published_checks(tree: PublishedTree) -> list[Check]:

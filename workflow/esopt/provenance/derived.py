@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from collections.abc import Callable
 from dataclasses import fields
@@ -233,10 +234,11 @@ class DerivedChecks:
         if missing:
             return "fail", f"{rec['command']} writes {', '.join(missing[:4])}{' …' if len(missing) > 4 else ''}: the record lists no such output"
         lost = [str(f) for f in kept if f not in listed]
-        # a run continued from an earlier sitting's history (a published partial run) kept the
-        # trajectories of its own generations only
-        before = (rec.get("continued_from") or {}).get("generations", 0) if rec["command"] == "train-es" else 0
-        earlier = [f for f in lost if before and int(Path(f).stem.removeprefix("gen")) < before]
+        # a run continued from an earlier sitting's history or checkpoint (a published partial
+        # run) kept the trajectories of its own generations or steps only
+        cont = rec.get("continued_from") or {}
+        before = {"train-es": cont.get("generations"), "train-rl": cont.get("steps")}.get(rec["command"]) or 0
+        earlier = [f for f in lost if before and int(re.search(r"\d+$", Path(f).stem)[0]) < before]
         lost = [f for f in lost if f not in earlier]
         if lost:
             what = f"{len(lost)} trajectory file(s) ({', '.join(Path(x).name for x in lost[:3])}{' …' if len(lost) > 3 else ''})"
@@ -245,7 +247,8 @@ class DerivedChecks:
             return "fail", f"{rec['command']} keeps {what}: the record lists none of them"
         if earlier:
             return "ok", (f"the record lists the {len(files) + len(kept) - len(earlier)} files {rec['command']} writes "
-                          f"(continued after {before} generations of an earlier sitting, whose {len(earlier)} "
+                          f"(continued after {before} {'steps' if rec['command'] == 'train-rl' else 'generations'} "
+                          f"of an earlier sitting, whose {len(earlier)} "
                           "trajectory file(s) stayed there)")
         return "ok", f"the record lists the {len(files) + len(kept)} files {rec['command']} writes"
 

@@ -150,7 +150,10 @@ def _model_dir_of_build(rec: dict[str, Any], res: Callable[[str], Path]) -> Path
 # ---------------------------------------------------------------- published trees
 
 MANIFEST = "MANIFEST.json"  # of a published tree (esopt.provenance.published, `esopt publish`)
-PARTIAL = "partial"  # published/NAME/partial/RUN/history.json: unfinished ES runs, continued in a later sitting
+# published/NAME/partial/RUN/FILE: unfinished runs a later sitting continues, an ES run's resume
+# history (history.json) or an RL run's resume checkpoint (checkpoint.pt, up to published.checkpoint_mib)
+PARTIAL = "partial"
+PARTIAL_FILES = ("history.json", "checkpoint.pt")
 FORMAT = "esopt-published/1"
 
 
@@ -184,13 +187,15 @@ class PublishedTree:
 
     @property
     def partials(self) -> dict[str, dict[str, Any]]:
-        """Unfinished ES runs, by run directory under results/: their history's sha256 and
-        generations (the history is at PARTIAL/RUN/history.json). Read only: `esopt publish`
+        """Unfinished runs, by run directory under results/: their file's sha256 and the
+        generations (ES) or steps (RL) it holds; the file is PARTIAL/RUN/history.json for an ES
+        run, PARTIAL/RUN/checkpoint.pt for an RL run (entry "file"). Read only: `esopt publish`
         writes the manifest's "partial"."""
         return self.manifest.get("partial") or {}
 
-    def partial_file(self, run: str) -> Path:
-        return self.dir / PARTIAL / run / "history.json"
+    def partial_file(self, run: str, name: str | None = None) -> Path:
+        """Where run's partial file is: `name`, else the one its entry lists (history.json by default)."""
+        return self.dir / PARTIAL / run / (name or self.partials.get(run, {}).get("file", PARTIAL_FILES[0]))
 
     @property
     def root(self) -> Path:

@@ -12,9 +12,12 @@ memory results, report tables, and a model build's files up to `published.model_
 tiny bases: a warm start is not bit-reproducible across CPU types, so a fresh clone on
 another machine restores the grid's base, `restore_model`, instead of building another).
 Never trained weights (an ES run's are replayed from its base model and history.json; an
-RL run's cannot be), optimizer checkpoints, trajectories, figures or notebooks. An ES run a sitting stopped before its end is published as a partial
-run (its resume history, partial/RUN/history.json): train-es on a fresh clone continues it
-(`partial_history`), and publishing the finished run removes it. Staleness follows the
+RL run's cannot be), optimizer checkpoints of finished runs, trajectories, figures or notebooks.
+A run a sitting stopped before its end is published as a partial run: an ES run's resume
+history (partial/RUN/history.json, a few kB a generation), an RL run's resume checkpoint
+(partial/RUN/checkpoint.pt: weights and optimizer state, which an RL run cannot rebuild, up
+to `published.checkpoint_mib`); train-es or train-rl on a fresh clone continues it
+(`partial_run`), and publishing the finished run removes it. Staleness follows the
 rerun map (esopt.provenance.jobs.settings, what the rules pass as params): a published
 job is used only while its settings, and
 those of every upstream job whose record it lists among its inputs, equal the config's.
@@ -39,6 +42,7 @@ from esopt.provenance import jobs
 from esopt.provenance.find import (
     FORMAT,
     MANIFEST,
+    PARTIAL_FILES,
     PublishedTree,
     _abs,
     _read_record,
@@ -197,20 +201,37 @@ def _published_tree_for(config: dict[str, Any], out: str | os.PathLike,
     return (tree, o) if tree is not None else None
 
 
-def partial_history(config: dict[str, Any], out: str | os.PathLike, workdir: str | os.PathLike = ".") -> Path | None:
-    """The published history of the unfinished ES run whose output directory is `out` (a
-    results/ path), when the config reads published results and the copy hashes as its
-    manifest lists; else None. Whether it is this run's (settings, base weights, episodes)
-    is the trainer's check when it continues it (esopt.es.trainer.ESTrainer.resume)."""
+def partial_run(config: dict[str, Any], out: str | os.PathLike, name: str, workdir: str | os.PathLike = ".") -> Path | None:
+    """The published file `name` (history.json: an ES run; checkpoint.pt: an RL run) of the
+    unfinished run whose output directory is `out` (a results/ path), when the config reads
+    published results and the copy hashes as its manifest lists; else None. Whether it is
+    this run's (settings, base weights, episodes, seeds) is the trainer's check when it
+    continues it (esopt.es.trainer.ESTrainer.resume, esopt.rl.trainer.RLTrainer.resume)."""
+    if name not in PARTIAL_FILES:
+        raise ValueError(f"{name!r}: a partial run's file is one of {PARTIAL_FILES}")
     if (found := _published_tree_for(config, out, workdir)) is None:
         return None
     tree, o = found
     run = tree.rel(o)
     entry = tree.partials.get(run) if run is not None else None
-    if entry is None:
+    if entry is None or entry.get("file", PARTIAL_FILES[0]) != name:
         return None
     f = tree.partial_file(run)
     return Path(os.path.relpath(f, _abs(workdir))) if f.is_file() and sha256_file(f) == entry["sha256"] else None
+
+
+def checkpoint_summary(path: str | os.PathLike) -> tuple[dict[str, Any], int] | None:
+    """(run record, steps done) of an RL resume checkpoint (esopt.rl.trainer.RLTrainer.state),
+    or None when it is not one. Loads it with torch (tensors and plain containers only)."""
+    import torch
+
+    try:
+        st = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 - any unreadable file is "not a checkpoint"
+        return None
+    if not isinstance(st, dict) or not isinstance(st.get("run"), dict) or not isinstance(st.get("step"), int):
+        return None
+    return st["run"], st["step"]
 
 
 def restore_model(config: dict[str, Any], out: str | os.PathLike, workdir: str | os.PathLike = ".") -> dict[str, Any] | None:
@@ -275,7 +296,7 @@ class PublishReport:
     kept: list[str] = field(default_factory=list)  # records of jobs whose fresh published copy stays
     stale: list[str] = field(default_factory=list)  # published records the config would run again
     skipped: dict[str, list[str]] = field(default_factory=dict)  # reason -> records
-    partial: dict[str, int] = field(default_factory=dict)  # unfinished ES runs published now -> generations
+    partial: dict[str, str] = field(default_factory=dict)  # unfinished runs published now -> "N generations" / "N steps"
     finished: list[str] = field(default_factory=list)  # partial runs removed: their finished run is published
     models_left_out: list[str] = field(default_factory=list)  # model builds over published.model_mib
 
@@ -296,9 +317,9 @@ class PublishReport:
                        f"them; publishing their rerun replaces them): {', '.join(self.stale[:3])}"
                        + (" ..." if len(self.stale) > 3 else ""))
         if self.partial:
-            out.append(f"published {len(self.partial)} unfinished ES run(s) as partial histories (train-es "
-                       "continues them in a later sitting): "
-                       + ", ".join(f"{r} ({g} generations)" for r, g in sorted(self.partial.items())[:3])
+            out.append(f"published {len(self.partial)} unfinished run(s) as partial runs (an ES run's history, "
+                       "an RL run's checkpoint; train-es and train-rl continue them in a later sitting): "
+                       + ", ".join(f"{r} ({done})" for r, done in sorted(self.partial.items())[:3])
                        + (" ..." if len(self.partial) > 3 else ""))
         if self.finished:
             out.append(f"removed {len(self.finished)} partial run(s) whose finished run is published: "
@@ -474,10 +495,11 @@ def publish(config: dict[str, Any], config_path: str | os.PathLike, results: str
             with atomic_path(tree.dir / rel) as tmp:
                 shutil.copyfile(src, tmp)
             tree.files[rel] = entry
-        for run, (src, _) in sorted(partial.items()):
+        for run, (src, entry) in sorted(partial.items()):
             if src is not None:
-                with atomic_path(tree.partial_file(run)) as tmp:
+                with atomic_path(tree.partial_file(run, entry.get("file"))) as tmp:
                     shutil.copyfile(src, tmp)
+        gone = [tree.partial_file(run) for run, (_, entry) in partial.items() if entry is None]  # as listed now
         if partial:  # the kept entries, the new ones; the key only while a run is listed
             runs = {r: e for r, e in tree.partials.items() if r not in partial}
             runs |= {r: e | {"commit": head} for r, (_, e) in partial.items() if e is not None}
@@ -488,14 +510,12 @@ def publish(config: dict[str, Any], config_path: str | os.PathLike, results: str
                              commit=head)
         tree.manifest["files"] = dict(sorted(tree.files.items()))
         write_json_atomic(tree.dir / MANIFEST, tree.manifest)
-        for run, (_, entry) in partial.items():  # after the manifest: a removed file is listed nowhere
-            if entry is None:
-                f = tree.partial_file(run)
-                f.unlink(missing_ok=True)
-                for d in f.parents:  # the run's empty directories, up to published/NAME/
-                    if d == tree.dir or not d.is_dir() or any(d.iterdir()):
-                        break
-                    d.rmdir()
+        for f in gone:  # after the manifest: a removed file is listed nowhere
+            f.unlink(missing_ok=True)
+            for d in f.parents:  # the run's empty directories, up to published/NAME/
+                if d == tree.dir or not d.is_dir() or any(d.iterdir()):
+                    break
+                d.rmdir()
     now: dict[str, str | None] = {}
     report.stale = [r for r, e in tree.files.items() if e["kind"] == "record" and stale(tree, r, config, now)]
     return report
@@ -503,12 +523,14 @@ def publish(config: dict[str, Any], config_path: str | os.PathLike, results: str
 
 def _partial_runs(results: Path, tree: PublishedTree, config: dict[str, Any], changed: dict[str, Any],
                   known: dict[str, str | None], report: PublishReport) -> dict[str, tuple[Path | None, dict[str, Any] | None]]:
-    """What publishing does to the partial runs: run -> (history to copy, its manifest entry);
+    """What publishing does to the partial runs: run -> (file to copy, its manifest entry);
     (None, None) removes a published partial run whose finished run is published fresh (now or
     before). An unfinished train-es run of this config is one whose resume directory holds a
     history of at least one generation (a killed run, or one a sitting stopped), at a path of
     this config's grid, without periodic evaluations (es.eval_every: a later sitting would not
-    have them). A published partial run is replaced by a longer history of the same run, or
+    have them); an unfinished train-rl run, one whose resume directory holds a checkpoint of at
+    least one step, at a path of the grid, no larger than published.checkpoint_mib. A
+    published partial run is replaced by a longer history or checkpoint of the same run, or
     by another run's (the config changed), never by a shorter one of the same run."""
 
     def finished(run: str) -> bool:  # its record is published fresh, or is with this call
@@ -539,12 +561,57 @@ def _partial_runs(results: Path, tree: PublishedTree, config: dict[str, Any], ch
             report.skip("a history of the same run no longer than its published partial one", shown)
             continue
         out[run] = (h, {"sha256": sha, "generations": n})
-        report.partial[run] = n
+        report.partial[run] = f"{n} generations"
+    limit = config["published"]["checkpoint_mib"]
+    for ck in sorted(results.glob("**/.resume/checkpoint.pt")):
+        run_dir = ck.parent.parent
+        run, shown = run_dir.relative_to(results).as_posix(), ck.relative_to(results).as_posix()
+        if (run_dir / "provenance.json").is_file() or finished(run):
+            continue
+        if (why := _not_an_rl_run_of(config, run)) is not None:
+            report.skip(why, shown)
+            continue
+        if (mib := ck.stat().st_size / 2**20) > limit:
+            report.skip(f"an unfinished RL run whose checkpoint is over published.checkpoint_mib ({mib:.0f} > "
+                        f"{limit:g} MiB): it continues only on the machine that holds it", shown)
+            continue
+        summary = checkpoint_summary(ck)
+        if summary is None or summary[1] < 1:
+            report.skip("not an RL resume checkpoint with a step done", shown)
+            continue
+        r, n = summary
+        if (r.get("rl") or {}).get("steps") != config["rl"]["steps"]:
+            report.skip("an unfinished RL run of other settings than the config's (rl.steps)", shown)
+            continue
+        sha = sha256_file(ck)
+        listed = tree.partials.get(run)
+        if listed is not None and listed["sha256"] == sha:
+            report.unchanged += 1
+            continue
+        if listed is not None and n <= listed.get("steps", 0) and \
+                (checkpoint_summary(tree.partial_file(run)) or ({}, 0))[0] == r:
+            report.skip("a checkpoint of the same run no longer than its published partial one", shown)
+            continue
+        out[run] = (ck, {"file": "checkpoint.pt", "sha256": sha, "steps": n})
+        report.partial[run] = f"{n} steps"
     for run in tree.partials:
         if finished(run):
             out[run] = (None, None)
             report.finished.append(run)
     return out
+
+
+def _not_an_rl_run_of(config: dict[str, Any], run: str) -> str | None:
+    """Why results/RUN is not a train-rl run this config's grid has (None when it is): its path
+    (train/METHOD/MODEL/sudoku/hH_sS, METHOD one of rl.methods). The trainer checks the rest
+    (every rl setting, the base's weight hash, the episodes' limits) when it continues it."""
+    parts = run.split("/")
+    ok = len(parts) == 5 and parts[0] == "train" and parts[3] == "sudoku" and re.fullmatch(r"h\d+_s\d+", parts[4])
+    if not ok:
+        return "not a train-rl run directory (train/METHOD/MODEL/sudoku/hH_sS)"
+    if parts[1] not in ((config.get("rl") or {}).get("methods") or ()) or parts[2] != config["model"]["name"]:
+        return "not a train-rl run of this config (its method or model)"
+    return None
 
 
 def _not_an_es_run_of(config: dict[str, Any], run: str, history_run: dict[str, Any]) -> str | None:

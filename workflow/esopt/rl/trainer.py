@@ -33,7 +33,7 @@ import torch
 from tqdm.auto import tqdm
 
 from esopt.agent.tokens import TokenTrajectory
-from esopt.io import atomic_path
+from esopt.io import atomic_path, sha256_file
 from esopt.rl.advantages import gae, group_advantages, masked_whiten
 from esopt.rl.critic import ValueModel
 from esopt.rl.losses import clipped_policy_loss, clipped_value_loss, kl_k3, masked_mean
@@ -207,6 +207,11 @@ class RLTrainer:
     on_step: Callable[[dict[str, Any]], None] | None = None
     progress: bool = True
     collective: Any = None  # esopt.es.distributed.Collective; several ranks shard the models
+    # this run's checkpoint kept elsewhere (a published partial run, esopt.provenance.published),
+    # continued when checkpoint_path has none; one of another run is ignored with a warning
+    continue_from: str | os.PathLike | None = None
+    # set by resume() when the run continued an earlier sitting's checkpoint (continue_from)
+    continued: dict[str, Any] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         c = self.cfg
@@ -260,7 +265,7 @@ class RLTrainer:
         return {
             "run": self._run_record(), "step": len(self.metrics), "policy": policy, "opt": opt, "critic": critic,
             "critic_head": self.critic.head.state_dict() if self.shared else None, "critic_opt": critic_opt,
-            "metrics": self.metrics, "totals": self.totals,
+            "metrics": self.metrics, "totals": self.totals, "continued_from": self.continued,
         }
 
     def save(self, path: str | os.PathLike) -> None:
@@ -272,13 +277,21 @@ class RLTrainer:
             self.collective.barrier()  # the file is complete before any rank may read it
 
     def resume(self) -> int:
-        p = self.checkpoint_path
+        """Load checkpoint_path if present (else continue_from) and return the steps done.
+        A checkpoint_path of another run is an error; a continue_from of another run (the
+        config or base changed since it was published) is skipped: the run starts afresh."""
+        own = self.checkpoint_path is not None and Path(self.checkpoint_path).exists()
+        p = self.checkpoint_path if own else self.continue_from
         if p is None or not Path(p).exists():
             return 0
         st = torch.load(p, map_location="cpu", weights_only=False)
         run = self._run_record()
         if st["run"] != run:
             diff = sorted(k for k in set(st["run"]) | set(run) if st["run"].get(k) != run.get(k))
+            if not own:
+                log.warning("not continuing: %s belongs to a different run (differs in %s); the run starts at step 0",
+                            p, diff)
+                return 0
             raise ValueError(f"{p} belongs to a different run (differs in {diff}); delete it or use another output directory")
         if self.world > 1:
             load_state_dicts(self.scorer, self.opt, st["policy"], st["opt"])
@@ -294,7 +307,10 @@ class RLTrainer:
         if st["critic_head"] is not None:
             self.critic.head.load_state_dict(st["critic_head"])
         self.metrics, self.totals = st["metrics"], st["totals"]
-        log.info("resumed from %s after %d steps", p, st["step"])
+        # where the run was continued from; kept in its own checkpoints so that a resume keeps it
+        self.continued = (st.get("continued_from") if own else
+                          {"checkpoint": str(p), "sha256": sha256_file(p), "steps": st["step"]})
+        log.info("%s from %s after %d steps", "resumed" if own else "continued", p, st["step"])
         return st["step"]
 
     # ---- one step ------------------------------------------------------------------
@@ -469,4 +485,6 @@ class RLTrainer:
             if self.on_step is not None:
                 self.on_step(rec)
             bar.set_postfix(R=f"{rec['mean_reward']:.3f}", succ=f"{rec['success_rate']:.3f}")
+        if self.checkpoint_path is not None and not Path(self.checkpoint_path).exists():
+            self.save(self.checkpoint_path)  # continued with no step left: the run's own checkpoint
         return self.metrics

@@ -143,12 +143,13 @@ def train_es(es: EsRun, episodes: SudokuEpisodes, evaluation: SudokuEvaluation, 
 
 def train_rl(rl: RlRun, episodes: SudokuEpisodes, model_dtype: str, model_dir: str, algo: str, sampling_profile: str,
              horizon: int, seed: int, resume_dir: Path, traj_dir: Path, collective=None,
-             engine: dict[str, Any] | None = None) -> SudokuTraining:
+             engine: dict[str, Any] | None = None, continue_from: Path | None = None) -> SudokuTraining:
     """Agentic GRPO or PPO (`algo`) under a sampling profile (rl.trainer.SAMPLING_PROFILES)
     from the model in `model_dir`, saved in `model_dtype` (model.dtype); the optimizer
     checkpoint is resume_dir/checkpoint.pt. `engine` (esopt.config.rl_engine_settings): the
     rollouts' engine, HF generate or, on one rank, the population engine over the policy's
-    own weights (it reads them as the optimizer leaves them).
+    own weights (it reads them as the optimizer leaves them). `continue_from`: this run's
+    checkpoint from an earlier sitting (a published partial run), continued when resume_dir has none.
     Over a collective of several ranks the models are sharded and each rank rolls out its
     share of the episodes (esopt.rl.sharding); rank 0 returns the trained model, the others None."""
     import torch
@@ -198,7 +199,7 @@ def train_rl(rl: RlRun, episodes: SudokuEpisodes, model_dtype: str, model_dir: s
         run_info={"benchmark": "sudoku", "horizon": horizon, "method": method, "sampling": prof,
                   "base_weights_sha256": base_hash, "max_turns": episodes.turn_budget(horizon),
                   "max_total_tokens": rl.max_total_tokens},
-        on_step=on_step, collective=collective,
+        on_step=on_step, collective=collective, continue_from=continue_from,
     )
     step_of["t"] = trainer.resume()
     metrics = trainer.run()
@@ -230,5 +231,7 @@ def train_rl(rl: RlRun, episodes: SudokuEpisodes, model_dtype: str, model_dir: s
     extra = {"base_weights_sha256": base_hash, "final_weights_sha256": weights_sha256(final), "budget": budget,
              "model_device": device, "base_weights_dtype": rl.dtype, "ranks": ranks,
              "rollout_engine": {"name": "population", "context": fast.context} if fast else {"name": "hf"}}
+    if trainer.continued:  # an earlier sitting's steps: their trajectories stayed there
+        extra["continued_from"] = trainer.continued
     log.info("%d steps, %d episodes, %.3g FLOPs", len(metrics), totals["episodes"], flops)
     return SudokuTraining(final, tok, metrics, budget, extra)
